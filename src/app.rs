@@ -1,0 +1,131 @@
+//! Wiring: the store, the writer, the routers and both listeners.
+//!
+//! [`App::build`] does everything that can fail at start-up (open the
+//! database, bind the ports) and returns before serving, so callers (the
+//! CLI, the tests) learn the bound addresses. [`App::run`] serves until the
+//! token is cancelled, then shuts down in order: stop accepting, let
+//! requests in flight finish, drop every writer handle, and wait for the
+//! writer to commit what is queued and checkpoint.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::receive::Receiver;
+use crate::store::{self, Store, WriterHandle, WriterThread};
+use crate::{health, server};
+
+/// How long the writer gets to finish after the listeners have stopped.
+const WRITER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct App {
+    config: Config,
+    store: Store,
+    writer: WriterHandle,
+    writer_thread: WriterThread,
+    public: TcpListener,
+    admin: TcpListener,
+}
+
+impl App {
+    /// Opens the database and binds both listeners.
+    pub async fn build(config: Config) -> anyhow::Result<App> {
+        let (store, writer, writer_thread) = store::open(
+            &config.server.database,
+            config.server.durability,
+            config.server.writer_queue,
+        )?;
+        let public = TcpListener::bind(config.server.listen)
+            .await
+            .with_context(|| format!("binding the public listener {}", config.server.listen))?;
+        let admin = TcpListener::bind(config.server.admin_listen)
+            .await
+            .with_context(|| {
+                format!("binding the admin listener {}", config.server.admin_listen)
+            })?;
+        Ok(App {
+            config,
+            store,
+            writer,
+            writer_thread,
+            public,
+            admin,
+        })
+    }
+
+    pub fn public_addr(&self) -> SocketAddr {
+        self.public
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops in order.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let App {
+            config,
+            store: _store,
+            writer,
+            writer_thread,
+            public,
+            admin,
+        } = self;
+        let header_timeout = config.server.header_timeout;
+        let public_router = public_router(&config, writer.clone());
+        let admin_router = health_routes(writer);
+        let public_task = tokio::spawn(server::serve(
+            public,
+            public_router,
+            header_timeout,
+            shutdown.clone(),
+        ));
+        let admin_task = tokio::spawn(server::serve(
+            admin,
+            admin_router,
+            header_timeout,
+            shutdown.clone(),
+        ));
+        let (p, a) = tokio::join!(public_task, admin_task);
+        p.context("the public listener task failed")?;
+        a.context("the admin listener task failed")?;
+        // Every writer handle lived in the routers, which the listener tasks
+        // have dropped: the writer now drains its queue and stops.
+        let joined = tokio::task::spawn_blocking(move || writer_thread.join());
+        match tokio::time::timeout(WRITER_STOP_TIMEOUT, joined).await {
+            Ok(_) => tracing::info!("stopped"),
+            Err(_) => tracing::error!("the writer did not stop within {WRITER_STOP_TIMEOUT:?}"),
+        }
+        Ok(())
+    }
+}
+
+/// The public listener: the receiver and the health checks, nothing else.
+fn public_router(config: &Config, writer: WriterHandle) -> Router {
+    let receiver = Receiver::new(config, writer.clone());
+    Router::new()
+        .route("/hooks/{source}", post(crate::receive::receive))
+        .with_state(receiver)
+        .merge(health_routes(writer))
+}
+
+fn health_routes(writer: WriterHandle) -> Router {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .with_state(writer)
+}

@@ -1,0 +1,598 @@
+//! Configuration: TOML in, a validated [`Config`] with resolved secrets out.
+//!
+//! Loading has two stages. Serde reads the file into the `Raw*` types
+//! (`deny_unknown_fields`, so a typo is an error and not a silently ignored
+//! key). [`validate`] then checks every field, resolves every secret
+//! reference and collects *all* problems, each naming its key, before
+//! anything binds a port or opens the database. The `Raw*` types are also
+//! what `hookbox check` prints, with secret references redacted.
+//!
+//! Without a file, hookbox runs on the embedded default (see [`embedded`]):
+//! the four common providers, each enabled when its secret is in the
+//! environment.
+
+mod duration;
+mod secret;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use secret::Secret;
+
+/// Where the config is looked for when `--config` is not given.
+pub const SYSTEM_CONFIG: &str = "/etc/hookbox/hookbox.toml";
+
+/// 25 MiB: GitHub's payload cap, the largest any provider documents.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 25 * 1024 * 1024;
+
+// ---------------------------------------------------------------- raw ---
+
+/// The config file as written.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub sources: Vec<RawSource>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawServer {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub database: PathBuf,
+    pub durability: Durability,
+    pub max_body_bytes: u64,
+    /// How long a client may take to send its request headers.
+    #[serde(with = "duration")]
+    pub header_timeout: Duration,
+    /// How long a client may take to send its body once headers are in.
+    #[serde(with = "duration")]
+    pub body_timeout: Duration,
+    /// Requests waiting for the writer beyond this get 503 at once.
+    pub writer_queue: usize,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            database: default_database(),
+            durability: Durability::Full,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            writer_queue: 8192,
+        }
+    }
+}
+
+/// `synchronous` for the write connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// `synchronous=FULL`: a 2xx survives power loss.
+    Full,
+    /// `synchronous=NORMAL`: a 2xx survives a crash of hookbox, but the last
+    /// commits before a power loss may be lost.
+    Normal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Github,
+    Stripe,
+    Shopify,
+    Standard,
+    Gitlab,
+    Slack,
+    Hmac,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Github => "github",
+            Kind::Stripe => "stripe",
+            Kind::Shopify => "shopify",
+            Kind::Standard => "standard",
+            Kind::Gitlab => "gitlab",
+            Kind::Slack => "slack",
+            Kind::Hmac => "hmac",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSource {
+    pub name: String,
+    pub kind: Kind,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Secret references; any one matching passes (rotation).
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Allowed clock difference for timestamped schemes, both directions.
+    #[serde(default = "default_tolerance", with = "duration")]
+    pub tolerance: Duration,
+    /// JSON pointers; the first non-null one is the event's ordering key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order_key: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<u64>,
+    /// Only for `kind = "hmac"`: how the generic scheme is laid out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hmac: Option<RawHmac>,
+}
+
+/// The generic HMAC-SHA256 scheme, for signers no other kind covers.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHmac {
+    /// Header carrying the signature, e.g. `X-Signature`.
+    pub header: String,
+    /// Text before the encoded MAC in that header, e.g. `sha256=`.
+    #[serde(default)]
+    pub prefix: String,
+    #[serde(default)]
+    pub encoding: Encoding,
+    /// Header carrying a unix-seconds timestamp, checked against `tolerance`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp_header: Option<String>,
+    /// What is signed: `{body}` and `{timestamp}` placeholders around literal
+    /// text. Default `{timestamp}.{body}` with a timestamp header, else `{body}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_payload: Option<String>,
+    /// Delivery id from this header, or from `id_pointer` in a JSON body;
+    /// with neither, the SHA-256 of the body is the id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_header: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_pointer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type_header: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type_pointer: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    #[default]
+    Hex,
+    Base64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_tolerance() -> Duration {
+    Duration::from_secs(300)
+}
+
+/// `$STATE_DIRECTORY/hookbox.db` under systemd, else `./hookbox.db`.
+fn default_database() -> PathBuf {
+    std::env::var_os("STATE_DIRECTORY")
+        .and_then(|dirs| std::env::split_paths(&dirs).next())
+        .map(|dir| dir.join("hookbox.db"))
+        .unwrap_or_else(|| PathBuf::from("hookbox.db"))
+}
+
+// ---------------------------------------------------------- validated ---
+
+/// The validated config every part of hookbox runs on.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: RawServer,
+    pub sources: Vec<SourceConfig>,
+    /// Where this config came from, for logs and `hookbox check`.
+    pub origin: String,
+    /// Sources of the embedded default left off for want of a secret,
+    /// with the variable that would enable each.
+    pub disabled_defaults: Vec<(String, String)>,
+    /// The input, for `hookbox check` to print redacted.
+    pub raw: RawConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    pub name: String,
+    pub kind: Kind,
+    pub secrets: Vec<Secret>,
+    pub tolerance: Duration,
+    pub order_key: Vec<String>,
+    pub max_body_bytes: u64,
+    pub hmac: Option<HmacConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HmacConfig {
+    /// Lowercased header names (the `HeaderMap` stores them so).
+    pub header: String,
+    pub prefix: String,
+    pub encoding: Encoding,
+    pub timestamp_header: Option<String>,
+    pub signed_payload: Vec<PayloadPart>,
+    pub id: IdFrom,
+    pub event_type: Option<Field>,
+}
+
+/// One piece of the generic scheme's signed string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayloadPart {
+    Literal(Vec<u8>),
+    Timestamp,
+    Body,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    Header(String),
+    Pointer(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdFrom {
+    Field(Field),
+    BodyHash,
+}
+
+/// Every problem found, one per line, each naming its key.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub origin: String,
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invalid configuration ({}):", self.origin)?;
+        for p in &self.problems {
+            writeln!(f, "  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// ------------------------------------------------------------ loading ---
+
+/// Loads the config: `path` if given, else [`SYSTEM_CONFIG`] when it
+/// exists, else the embedded default.
+pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+    let path = path
+        .map(Path::to_path_buf)
+        .or_else(|| Some(PathBuf::from(SYSTEM_CONFIG)).filter(|p| p.exists()));
+    match path {
+        Some(path) => {
+            let origin = path.display().to_string();
+            let text = std::fs::read_to_string(&path).map_err(|e| ConfigError {
+                origin: origin.clone(),
+                problems: vec![format!("cannot read the file: {e}")],
+            })?;
+            from_toml(&text, origin)
+        }
+        None => {
+            let (raw, disabled) = embedded();
+            let mut config = validate(raw, "embedded default".to_owned())?;
+            config.disabled_defaults = disabled;
+            Ok(config)
+        }
+    }
+}
+
+/// Parses and validates TOML text.
+pub fn from_toml(text: &str, origin: String) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+        origin: origin.clone(),
+        problems: vec![e.to_string().trim_end().to_owned()],
+    })?;
+    validate(raw, origin)
+}
+
+/// The embedded default: `github`, `stripe`, `shopify` and `standard`
+/// sources, each present when its secret variable is set and not empty.
+/// Returns the sources left off, with their variables.
+pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
+    let mut raw = RawConfig::default();
+    let mut disabled = Vec::new();
+    for (kind, var) in [
+        (Kind::Github, "GITHUB_WEBHOOK_SECRET"),
+        (Kind::Stripe, "STRIPE_WEBHOOK_SECRET"),
+        (Kind::Shopify, "SHOPIFY_WEBHOOK_SECRET"),
+        (Kind::Standard, "STANDARD_WEBHOOK_SECRET"),
+    ] {
+        let name = kind.as_str().to_owned();
+        if std::env::var(var).is_ok_and(|v| !v.is_empty()) {
+            raw.sources.push(RawSource {
+                name,
+                kind,
+                enabled: true,
+                secrets: vec![format!("env:{var}")],
+                tolerance: default_tolerance(),
+                order_key: Vec::new(),
+                max_body_bytes: None,
+                hmac: None,
+            });
+        } else {
+            disabled.push((name, var.to_owned()));
+        }
+    }
+    (raw, disabled)
+}
+
+/// Checks every field and resolves every secret, reporting all problems.
+pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
+    let mut problems = Vec::new();
+    let server = &raw.server;
+    if server.max_body_bytes == 0 {
+        problems.push("server.max_body_bytes: must be greater than 0".to_owned());
+    }
+    if server.writer_queue == 0 {
+        problems.push("server.writer_queue: must be greater than 0".to_owned());
+    }
+    for (key, d) in [
+        ("server.header_timeout", server.header_timeout),
+        ("server.body_timeout", server.body_timeout),
+    ] {
+        if d.is_zero() {
+            problems.push(format!("{key}: must be longer than 0s"));
+        }
+    }
+    if server.listen == server.admin_listen && server.listen.port() != 0 {
+        problems.push("server.admin_listen: must differ from server.listen".to_owned());
+    }
+
+    let mut names = HashSet::new();
+    let mut sources = Vec::new();
+    for (i, src) in raw.sources.iter().enumerate() {
+        let at = format!("sources[{i}] ({:?})", src.name);
+        if !valid_name(&src.name) {
+            problems.push(format!(
+                "{at}.name: use 1-64 characters from a-z, 0-9, '-' and '_' (it becomes the route /hooks/<name>)"
+            ));
+        }
+        if !names.insert(src.name.as_str()) {
+            problems.push(format!("{at}.name: another source has this name"));
+        }
+        if !src.enabled {
+            continue;
+        }
+        if let Some(source) = validate_source(src, server, &at, &mut problems) {
+            sources.push(source);
+        }
+    }
+
+    if problems.is_empty() {
+        Ok(Config {
+            server: raw.server.clone(),
+            sources,
+            origin,
+            disabled_defaults: Vec::new(),
+            raw,
+        })
+    } else {
+        Err(ConfigError { origin, problems })
+    }
+}
+
+fn validate_source(
+    src: &RawSource,
+    server: &RawServer,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<SourceConfig> {
+    let before = problems.len();
+    let mut secrets = Vec::new();
+    if src.secrets.is_empty() {
+        problems.push(format!(
+            "{at}.secrets: an enabled source needs at least one secret (an empty key is a key anyone has)"
+        ));
+    }
+    for (j, reference) in src.secrets.iter().enumerate() {
+        match secret::resolve(reference) {
+            Ok(s) => secrets.push(s),
+            Err(why) => problems.push(format!(
+                "{at}.secrets[{j}] ({}): {why}",
+                secret::describe(reference)
+            )),
+        }
+    }
+    if src.kind == Kind::Standard {
+        for (j, s) in secrets.iter().enumerate() {
+            if crate::receive::standard::key_from_secret(s).is_none() {
+                problems.push(format!(
+                    "{at}.secrets[{j}]: a Standard Webhooks secret is `whsec_` followed by base64"
+                ));
+            }
+        }
+    }
+    if src.tolerance.is_zero() {
+        problems.push(format!("{at}.tolerance: must be longer than 0s"));
+    }
+    for (j, pointer) in src.order_key.iter().enumerate() {
+        if !pointer.starts_with('/') {
+            problems.push(format!(
+                "{at}.order_key[{j}]: a JSON pointer starts with '/'"
+            ));
+        }
+    }
+    if src.max_body_bytes == Some(0) {
+        problems.push(format!("{at}.max_body_bytes: must be greater than 0"));
+    }
+    let hmac = match (&src.hmac, src.kind) {
+        (Some(h), Kind::Hmac) => validate_hmac(h, &format!("{at}.hmac"), problems),
+        (None, Kind::Hmac) => {
+            problems.push(format!(
+                "{at}.hmac: kind \"hmac\" needs an [sources.hmac] table"
+            ));
+            None
+        }
+        (Some(_), _) => {
+            problems.push(format!("{at}.hmac: only for kind \"hmac\""));
+            None
+        }
+        (None, _) => None,
+    };
+    (problems.len() == before).then(|| SourceConfig {
+        name: src.name.clone(),
+        kind: src.kind,
+        secrets,
+        tolerance: src.tolerance,
+        order_key: src.order_key.clone(),
+        max_body_bytes: src.max_body_bytes.unwrap_or(server.max_body_bytes),
+        hmac,
+    })
+}
+
+fn validate_hmac(h: &RawHmac, at: &str, problems: &mut Vec<String>) -> Option<HmacConfig> {
+    let before = problems.len();
+    let header_ok = |name: &str| axum::http::HeaderName::from_bytes(name.as_bytes()).is_ok();
+    for (key, name) in [
+        ("header", Some(&h.header)),
+        ("timestamp_header", h.timestamp_header.as_ref()),
+        ("id_header", h.id_header.as_ref()),
+        ("event_type_header", h.event_type_header.as_ref()),
+    ] {
+        if let Some(name) = name
+            && !header_ok(name)
+        {
+            problems.push(format!("{at}.{key}: {name:?} is not a valid header name"));
+        }
+    }
+    for (key, pointer) in [
+        ("id_pointer", h.id_pointer.as_ref()),
+        ("event_type_pointer", h.event_type_pointer.as_ref()),
+    ] {
+        if let Some(p) = pointer
+            && !p.starts_with('/')
+        {
+            problems.push(format!("{at}.{key}: a JSON pointer starts with '/'"));
+        }
+    }
+    let id = match (&h.id_header, &h.id_pointer) {
+        (Some(_), Some(_)) => {
+            problems.push(format!("{at}: set id_header or id_pointer, not both"));
+            IdFrom::BodyHash
+        }
+        (Some(name), None) => IdFrom::Field(Field::Header(name.to_ascii_lowercase())),
+        (None, Some(p)) => IdFrom::Field(Field::Pointer(p.clone())),
+        (None, None) => IdFrom::BodyHash,
+    };
+    let event_type = match (&h.event_type_header, &h.event_type_pointer) {
+        (Some(_), Some(_)) => {
+            problems.push(format!(
+                "{at}: set event_type_header or event_type_pointer, not both"
+            ));
+            None
+        }
+        (Some(name), None) => Some(Field::Header(name.to_ascii_lowercase())),
+        (None, Some(p)) => Some(Field::Pointer(p.clone())),
+        (None, None) => None,
+    };
+    let template = h.signed_payload.clone().unwrap_or_else(|| {
+        if h.timestamp_header.is_some() {
+            "{timestamp}.{body}".to_owned()
+        } else {
+            "{body}".to_owned()
+        }
+    });
+    let signed_payload = match parse_template(&template) {
+        Ok(parts) => {
+            if parts.contains(&PayloadPart::Timestamp) && h.timestamp_header.is_none() {
+                problems.push(format!(
+                    "{at}.signed_payload: uses {{timestamp}} but no timestamp_header is set"
+                ));
+            }
+            parts
+        }
+        Err(why) => {
+            problems.push(format!("{at}.signed_payload: {why}"));
+            Vec::new()
+        }
+    };
+    (problems.len() == before).then(|| HmacConfig {
+        header: h.header.to_ascii_lowercase(),
+        prefix: h.prefix.clone(),
+        encoding: h.encoding,
+        timestamp_header: h.timestamp_header.as_ref().map(|s| s.to_ascii_lowercase()),
+        signed_payload,
+        id,
+        event_type,
+    })
+}
+
+/// Splits `"{timestamp}.{body}"` into parts. `{body}` must appear exactly once.
+fn parse_template(template: &str) -> Result<Vec<PayloadPart>, String> {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    let mut literal = String::new();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("{body}") {
+            push_literal(&mut parts, &mut literal);
+            parts.push(PayloadPart::Body);
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("{timestamp}") {
+            push_literal(&mut parts, &mut literal);
+            parts.push(PayloadPart::Timestamp);
+            rest = r;
+        } else if rest.starts_with('{') {
+            return Err("only the placeholders {body} and {timestamp} are known".to_owned());
+        } else {
+            let c = rest.chars().next().expect("rest is not empty");
+            literal.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    push_literal(&mut parts, &mut literal);
+    if parts.iter().filter(|p| **p == PayloadPart::Body).count() != 1 {
+        return Err("must contain {body} exactly once".to_owned());
+    }
+    Ok(parts)
+}
+
+fn push_literal(parts: &mut Vec<PayloadPart>, literal: &mut String) {
+    if !literal.is_empty() {
+        parts.push(PayloadPart::Literal(std::mem::take(literal).into_bytes()));
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+impl Config {
+    /// The effective config as TOML, every literal secret replaced by
+    /// `[redacted]` (references like `env:NAME` are shown: they are not secret).
+    pub fn redacted_toml(&self) -> String {
+        let mut raw = self.raw.clone();
+        for src in &mut raw.sources {
+            for s in &mut src.secrets {
+                *s = secret::describe(s);
+            }
+        }
+        toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,167 @@
+//! GitLab: `X-Gitlab-Token: <secret token>`, sent verbatim; nothing is signed.
+//!
+//! Spec: <https://docs.gitlab.com/user/project/integrations/webhooks/>
+//! (secret token and delivery headers).
+//! No timestamp is sent, so there is no tolerance window: replays are
+//! absorbed by deduplicating on `Idempotency-Key` (GitLab 17.4 and later),
+//! which stays the same when a webhook is re-sent. Older instances only send
+//! `X-Gitlab-Webhook-UUID`, which is new on every attempt, so there a re-send
+//! is stored twice.
+//!
+//! The token is compared with every configured secret, exact bytes, in
+//! constant time and length-checked. The body is not authenticated, so the
+//! endpoint must only be reachable over TLS. GitLab's optional signing token
+//! (Standard Webhooks headers) is not handled here.
+
+use crate::config::Secret;
+
+use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::verify::{VerifyError, ct_eq, header, header_str, utf8_keys};
+
+pub struct Gitlab {
+    tokens: Vec<Vec<u8>>,
+}
+
+/// Provider headers stored with the event (never the token).
+pub const KEEP_HEADERS: &[&str] = &[
+    "x-gitlab-event",
+    "idempotency-key",
+    "x-gitlab-webhook-uuid",
+    "x-gitlab-event-uuid",
+    "x-gitlab-instance",
+    "user-agent",
+];
+
+impl Gitlab {
+    /// The expected token is the secret's UTF-8 bytes, used as-is.
+    pub fn new(secrets: &[Secret]) -> Self {
+        Gitlab {
+            tokens: utf8_keys(secrets),
+        }
+    }
+
+    pub fn verify(&self, req: &Inbound) -> Result<(), VerifyError> {
+        let token = header(req.headers, "x-gitlab-token").ok_or(VerifyError::MissingSignature)?;
+        // Every secret is compared, without an early exit, so the time taken
+        // does not tell which one (old or new) matched.
+        let mut matched = false;
+        for expected in &self.tokens {
+            matched |= ct_eq(expected, token);
+        }
+        if matched {
+            Ok(())
+        } else {
+            Err(VerifyError::InvalidSignature)
+        }
+    }
+
+    pub fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        let id = header_str(req.headers, "idempotency-key")
+            .filter(|id| !id.is_empty())
+            .or_else(|| header_str(req.headers, "x-gitlab-webhook-uuid"));
+        Ok(Identified::Event(Identity {
+            delivery_id: delivery_id(id)?,
+            event_type: header_str(req.headers, "x-gitlab-event").map(str::to_owned),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderMap, HeaderValue};
+
+    const TOKEN: &str = "glpat-style token, spaces included";
+
+    fn gitlab(secrets: &[&str]) -> Gitlab {
+        let secrets: Vec<Secret> = secrets.iter().map(|s| Secret::new(*s)).collect();
+        Gitlab::new(&secrets)
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        h
+    }
+
+    fn check(secrets: &[&str], token: &str) -> Result<(), VerifyError> {
+        let h = headers(&[("x-gitlab-token", token)]);
+        gitlab(secrets).verify(&Inbound::new(&h, b"{}"))
+    }
+
+    #[test]
+    fn the_exact_token_verifies_whatever_the_body() {
+        assert_eq!(check(&[TOKEN], TOKEN), Ok(()));
+    }
+
+    #[test]
+    fn wrong_truncated_extended_and_recased_tokens_fail() {
+        for bad in [
+            "wrong",
+            &TOKEN[..TOKEN.len() - 1],
+            format!("{TOKEN}x").as_str(),
+            format!(" {TOKEN}").as_str(),
+            TOKEN.to_uppercase().as_str(),
+            "",
+        ] {
+            let result = check(&[TOKEN], bad);
+            assert_eq!(result, Err(VerifyError::InvalidSignature), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rotation_accepts_old_or_new_token() {
+        assert_eq!(check(&["new token", TOKEN], TOKEN), Ok(()));
+        assert_eq!(check(&[TOKEN, "new token"], "new token"), Ok(()));
+    }
+
+    #[test]
+    fn a_missing_token_is_rejected() {
+        let h = headers(&[("x-gitlab-event", "Push Hook")]);
+        let result = gitlab(&[TOKEN]).verify(&Inbound::new(&h, b"{}"));
+        assert_eq!(result, Err(VerifyError::MissingSignature));
+    }
+
+    #[test]
+    fn identity_prefers_the_idempotency_key() {
+        let h = headers(&[
+            ("idempotency-key", "f1f0f0b5-0b0e-4f4d-9a63-3c5b3f0e7e01"),
+            (
+                "x-gitlab-webhook-uuid",
+                "0b8c8e2c-5f5d-4b7e-8c55-2a1f3f3f9d11",
+            ),
+            ("x-gitlab-event", "Merge Request Hook"),
+        ]);
+        assert_eq!(
+            gitlab(&[TOKEN]).identify(&Inbound::new(&h, b"{}")),
+            Ok(Identified::Event(Identity {
+                delivery_id: "f1f0f0b5-0b0e-4f4d-9a63-3c5b3f0e7e01".into(),
+                event_type: Some("Merge Request Hook".into()),
+            }))
+        );
+    }
+
+    #[test]
+    fn identity_falls_back_to_the_webhook_uuid_on_older_instances() {
+        let h = headers(&[(
+            "x-gitlab-webhook-uuid",
+            "0b8c8e2c-5f5d-4b7e-8c55-2a1f3f3f9d11",
+        )]);
+        let Ok(Identified::Event(id)) = gitlab(&[TOKEN]).identify(&Inbound::new(&h, b"{}")) else {
+            panic!("expected an event");
+        };
+        assert_eq!(id.delivery_id, "0b8c8e2c-5f5d-4b7e-8c55-2a1f3f3f9d11");
+        assert_eq!(id.event_type, None);
+        let none = HeaderMap::new();
+        let missing = gitlab(&[TOKEN]).identify(&Inbound::new(&none, b"{}"));
+        assert_eq!(missing, Err(IdentifyError::MissingDeliveryId));
+    }
+
+    #[test]
+    fn kept_headers_never_include_the_token() {
+        assert!(!KEEP_HEADERS.contains(&"x-gitlab-token"));
+        assert!(KEEP_HEADERS.contains(&"idempotency-key"));
+    }
+}

@@ -1,0 +1,141 @@
+//! The SQLite store: one file, one writer thread, a pool of readers.
+//!
+//! [`open`] prepares the file (WAL, schema), hands the only read-write
+//! connection to the writer thread ([`writer`]) and builds an r2d2 pool of
+//! read-only connections for everything that only looks ([`Store`]).
+//! Nothing else in hookbox opens the database for writing, so our own
+//! writes never meet `SQLITE_BUSY` and inserts can be committed in groups.
+
+pub mod models;
+pub mod schema;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+
+use crate::config::Durability;
+pub use writer::{StoreError, WriterHandle};
+
+/// How long a reader waits for a lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Read access to the database.
+#[derive(Clone)]
+pub struct Store {
+    pool: r2d2::Pool<SqliteConnectionManager>,
+    path: PathBuf,
+}
+
+/// The writer thread, to be joined at shutdown once every handle is gone.
+pub struct WriterThread(JoinHandle<()>);
+
+impl WriterThread {
+    /// Waits for the writer to answer what is queued, checkpoint and stop.
+    pub fn join(self) {
+        if self.0.join().is_err() {
+            tracing::error!("the writer thread panicked");
+        }
+    }
+}
+
+/// Opens (creating if needed) the database at `path`.
+pub fn open(
+    path: &Path,
+    durability: Durability,
+    queue: usize,
+) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
+    let conn = open_writer_connection(path, durability)?;
+    let (writer, join) = writer::spawn(conn, queue)?;
+    let manager = SqliteConnectionManager::file(path)
+        .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .with_init(|c| {
+            c.busy_timeout(BUSY_TIMEOUT)?;
+            c.pragma_update(None, "foreign_keys", "ON")?;
+            c.pragma_update(None, "query_only", "ON")
+        });
+    // Readers are few (admin API, metrics) and start lazily so an idle
+    // hookbox holds one.
+    let pool = r2d2::Pool::builder()
+        .max_size(4)
+        .min_idle(Some(1))
+        .build(manager)
+        .context("opening the read-only connection pool")?;
+    let store = Store {
+        pool,
+        path: path.to_path_buf(),
+    };
+    Ok((store, writer, WriterThread(join)))
+}
+
+/// The one read-write connection: WAL, the configured durability, schema.
+fn open_writer_connection(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the database directory {}", dir.display()))?;
+    }
+    create_private(path)?;
+    let mut conn = Connection::open(path)
+        .with_context(|| format!("opening the database {}", path.display()))?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .context("switching the database to WAL")?;
+    anyhow::ensure!(
+        mode.eq_ignore_ascii_case("wal"),
+        "the database stayed in {mode} journal mode; WAL is needed (is the file on a network filesystem?)"
+    );
+    let synchronous = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    schema::apply(&mut conn)
+        .with_context(|| format!("preparing the schema of {}", path.display()))?;
+    Ok(conn)
+}
+
+/// Creates the database file readable by its owner only, so events and
+/// their bodies are not world-readable; SQLite gives the `-wal` and `-shm`
+/// files the same mode.
+fn create_private(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating the database {}", path.display())),
+    }
+}
+
+impl Store {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a pooled read-only connection on the blocking pool.
+    pub async fn read<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> anyhow::Result<T> + Send + 'static,
+    {
+        let pool = self.pool.clone();
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let conn = pool.get().context("taking a read connection")?;
+            f(&conn)
+        })
+        .await
+        .context("the read task failed")?
+    }
+}

@@ -1,0 +1,71 @@
+//! The schema and its migrations, keyed on `PRAGMA user_version`.
+//!
+//! A new database gets `schema.sql` (the whole current schema) in one
+//! transaction. An older one gets each step in [`MIGRATIONS`] from its
+//! version up, each in its own transaction with the version bump, so a
+//! crash mid-upgrade leaves a database at a version we know. A database
+//! newer than this binary is refused: downgrading would drop what it means.
+
+use anyhow::{Context, bail};
+use rusqlite::Connection;
+
+/// The version `schema.sql` describes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = include_str!("../../schema.sql");
+
+/// Upgrade steps: `MIGRATIONS[i]` takes a database from version `i + 1` to
+/// `i + 2`. Empty while there has been only one version.
+const MIGRATIONS: &[&str] = &[];
+
+pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .context("reading the schema version")?;
+    if version > SCHEMA_VERSION {
+        bail!(
+            "the database is at schema version {version}, newer than this hookbox knows ({SCHEMA_VERSION}); \
+             run the newer hookbox or restore a backup"
+        );
+    }
+    if version == 0 {
+        let tx = conn
+            .transaction()
+            .context("starting the schema transaction")?;
+        tx.execute_batch(SCHEMA).context("creating the schema")?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit().context("committing the schema")?;
+        return Ok(());
+    }
+    for (step, sql) in MIGRATIONS.iter().enumerate().skip((version - 1) as usize) {
+        let to = step as i64 + 2;
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)
+            .with_context(|| format!("migrating the schema to version {to}"))?;
+        tx.pragma_update(None, "user_version", to)?;
+        tx.commit()
+            .with_context(|| format!("committing schema version {to}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_reach_the_version_schema_sql_describes() {
+        assert_eq!(MIGRATIONS.len() as i64 + 1, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn applying_twice_is_harmless_and_a_newer_database_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        apply(&mut conn).unwrap();
+        apply(&mut conn).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        let err = apply(&mut conn).unwrap_err().to_string();
+        assert!(err.contains("newer than this hookbox"), "{err}");
+    }
+}

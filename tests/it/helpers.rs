@@ -1,0 +1,130 @@
+//! TestApp: the production `App` on 127.0.0.1:0 with a database in a temp
+//! dir, plus signing helpers for the providers.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use hookbox::app::App;
+use hookbox::config;
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub client: reqwest::Client,
+    pub db_path: PathBuf,
+    pub dir: TempDir,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// A GitHub source with a literal secret, for most tests.
+pub const GITHUB_SOURCE: &str = r#"
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["test-secret"]
+"#;
+
+pub const GITHUB_SECRET: &str = "test-secret";
+
+impl TestApp {
+    /// Starts hookbox with `sources` (TOML `[[sources]]` tables) and any
+    /// extra `[server]` lines.
+    pub async fn spawn(sources: &str) -> TestApp {
+        Self::spawn_with(sources, "").await
+    }
+
+    pub async fn spawn_with(sources: &str, server_extra: &str) -> TestApp {
+        let dir = tempfile::tempdir().unwrap();
+        Self::spawn_in(dir, sources, server_extra).await
+    }
+
+    /// Starts hookbox on a database in `dir` (which may already hold one).
+    pub async fn spawn_in(dir: TempDir, sources: &str, server_extra: &str) -> TestApp {
+        if std::env::var_os("TEST_LOG").is_some() {
+            hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
+        }
+        let db_path = dir.path().join("hookbox.db");
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n{sources}",
+            db_path.display().to_string()
+        );
+        let config = config::from_toml(&text, "test".into()).unwrap();
+        let app = App::build(config).await.unwrap();
+        let addr = app.public_addr();
+        let admin_addr = app.admin_addr();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(app.run(shutdown.clone()));
+        TestApp {
+            addr,
+            admin_addr,
+            client: reqwest::Client::new(),
+            db_path,
+            dir,
+            shutdown,
+            task,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Stops the server the way SIGTERM does and waits for it.
+    pub async fn shutdown(self) -> TempDir {
+        self.shutdown.cancel();
+        self.task.await.unwrap().unwrap();
+        self.dir
+    }
+
+    /// A direct connection to the database, for assertions.
+    pub fn db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(&self.db_path).unwrap()
+    }
+
+    pub fn count(&self, sql: &str) -> i64 {
+        self.db().query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    /// POSTs a GitHub delivery signed with the test secret.
+    pub async fn post_github(&self, delivery: &str, body: &[u8]) -> reqwest::Response {
+        self.client
+            .post(self.url("/hooks/github"))
+            .header("content-type", "application/json")
+            .header("x-github-event", "push")
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", github_signature(GITHUB_SECRET, body))
+            .body(body.to_vec())
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+pub fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    mac.update(data);
+    mac.finalize().into_bytes().to_vec()
+}
+
+pub fn github_signature(secret: &str, body: &[u8]) -> String {
+    format!(
+        "sha256={}",
+        hex::encode(hmac_sha256(secret.as_bytes(), body))
+    )
+}
+
+pub fn now_secs() -> i64 {
+    hookbox::clock::now_secs()
+}
+
+/// The JSON body of a response.
+pub async fn json(response: reqwest::Response) -> serde_json::Value {
+    response.json().await.unwrap()
+}

@@ -1,0 +1,2 @@
+mod helpers;
+mod receive;
