@@ -128,3 +128,37 @@ pub fn now_secs() -> i64 {
 pub async fn json(response: reqwest::Response) -> serde_json::Value {
     response.json().await.unwrap()
 }
+
+impl TestApp {
+    /// Starts hookbox on the database at `db_path`, which may live outside
+    /// `dir` (say on a small tmpfs); `dir` is kept as long as the app.
+    pub async fn spawn_at(
+        dir: TempDir,
+        db_path: PathBuf,
+        sources: &str,
+        server_extra: &str,
+    ) -> TestApp {
+        if std::env::var_os("TEST_LOG").is_some() {
+            hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
+        }
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n{sources}",
+            db_path.display().to_string()
+        );
+        let config = config::from_toml(&text, "test".into()).unwrap();
+        let app = App::build(config).await.unwrap();
+        let addr = app.public_addr();
+        let admin_addr = app.admin_addr();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(app.run(shutdown.clone()));
+        TestApp {
+            addr,
+            admin_addr,
+            client: reqwest::Client::new(),
+            db_path,
+            dir,
+            shutdown,
+            task,
+        }
+    }
+}

@@ -1,2 +1,4 @@
+mod crash;
 mod helpers;
 mod receive;
+mod storage;

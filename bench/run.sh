@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The hookbox benchmark, end to end: builds release, runs each scenario RUNS
+# times against a fresh server and database, prints every run and the median
+# of each figure.
+#
+#   bench/run.sh                       # 3 runs of each scenario, 10 s each
+#   RUNS=5 DURATION=20 bench/run.sh    # more, longer runs
+#   DURABILITY=normal bench/run.sh     # server.durability = "normal"
+#   bench/run.sh --threads 2           # extra arguments go to every hookbox-loadgen run
+#
+# Environment: RUNS (3), DURATION seconds (10), WARMUP seconds (1),
+# CONNECTIONS (64), DURABILITY (full), SCENARIOS ("new dup90").
+# Exits non-zero when any run fails its checks (row count, exit status, answers).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+RUNS="${RUNS:-3}"
+DURATION="${DURATION:-10}"
+WARMUP="${WARMUP:-1}"
+CONNECTIONS="${CONNECTIONS:-64}"
+DURABILITY="${DURABILITY:-full}"
+SCENARIOS="${SCENARIOS:-new dup90}"
+
+echo "== machine"
+echo "cpus:   $(nproc)"
+echo "cpu:    $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "kernel: $(uname -srm)"
+echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+echo "rustc:  $(rustc --version)"
+echo "runs=$RUNS duration=${DURATION}s warmup=${WARMUP}s connections=$CONNECTIONS durability=$DURABILITY"
+echo
+
+echo "== build"
+cargo build --release -p hookbox -p hookbox-bench
+echo
+
+loadgen="$root/target/release/hookbox-loadgen"
+outdir="$root/target/bench"
+mkdir -p "$outdir"
+results="$outdir/results-$(date +%Y%m%d-%H%M%S).jsonl"
+: >"$results"
+
+failed=0
+for scenario in $SCENARIOS; do
+    case "$scenario" in
+        new) dup=0 ;;
+        dup90) dup=0.9 ;;
+        dup[0-9]*) dup="$(awk -v p="${scenario#dup}" 'BEGIN { print p / 100 }')" ;;
+        *) echo "unknown scenario: $scenario (use new, dup90 or dupNN)" >&2; exit 2 ;;
+    esac
+    for run in $(seq 1 "$RUNS"); do
+        echo "== $scenario run $run/$RUNS"
+        status=0
+        out="$("$loadgen" --scenario "$scenario" --duplicates "$dup" \
+            --connections "$CONNECTIONS" --duration "$DURATION" --warmup "$WARMUP" \
+            --durability "$DURABILITY" --hookbox "$root/target/release/hookbox" "$@")" || status=$?
+        printf '%s\n' "$out" | grep -v '^{' || true
+        printf '%s\n' "$out" | grep '^{' >>"$results" || true
+        if [ "$status" -ne 0 ]; then
+            echo "!! $scenario run $run failed (exit $status)"
+            failed=1
+        fi
+        echo
+    done
+done
+
+echo "== results ($results)"
+if command -v python3 >/dev/null 2>&1; then
+    python3 - "$results" <<'PY'
+import json, statistics, sys
+
+# (key, label, decimals)
+FIGURES = [
+    ("accepted_per_sec", "202/s", 0),
+    ("duplicates_per_sec", "200/s", 0),
+    ("requests_per_sec", "req/s", 0),
+    ("p50_ms", "p50 ms", 2),
+    ("p99_ms", "p99 ms", 2),
+    ("p999_ms", "p99.9 ms", 2),
+    ("errors", "errors", 0),
+    ("status_503", "503s", 0),
+    ("server_cpu_pct", "server CPU %", 0),
+    ("loadgen_cpu_pct", "loadgen CPU %", 0),
+    ("peak_rss_mib", "peak RSS MiB", 1),
+    ("idle_rss_mib", "idle RSS MiB", 1),
+    ("startup_ms", "startup ms", 1),
+    ("shutdown_ms", "shutdown ms", 0),
+    ("rows", "rows", 0),
+    ("rows_match", "rows match", 0),
+]
+DECIMALS = {key: d for key, _, d in FIGURES}
+
+runs = {}
+with open(sys.argv[1]) as f:
+    for line in f:
+        line = line.strip()
+        if line:
+            r = json.loads(line)
+            runs.setdefault(r["scenario"], []).append(r)
+
+def fmt(v, decimals=0):
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if v is None:
+        return "-"
+    return f"{v:.{decimals}f}"
+
+for scenario, rs in runs.items():
+    head = ["figure"] + [f"run {i + 1}" for i in range(len(rs))] + ["median"]
+    rows = []
+    for key, label, decimals in FIGURES:
+        vals = [r.get(key) for r in rs]
+        if key == "rows_match":
+            med = all(vals)
+        else:
+            nums = [v for v in vals if isinstance(v, (int, float))]
+            med = statistics.median(nums) if nums else None
+        rows.append([label] + [fmt(v, decimals) for v in vals] + [fmt(med, decimals)])
+    widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
+    print(f"-- {scenario}: {rs[0]['connections']} connections, {rs[0]['duration']} s, "
+          f"durability={rs[0].get('durability')}")
+    for row in [head] + rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    print()
+
+print("-- medians")
+keys = ["accepted_per_sec", "duplicates_per_sec", "requests_per_sec", "p50_ms", "p99_ms",
+        "p999_ms", "peak_rss_mib", "idle_rss_mib", "startup_ms"]
+head = ["scenario"] + keys
+table = [head]
+for scenario, rs in runs.items():
+    table.append([scenario] + [fmt(statistics.median([r[k] for r in rs]), DECIMALS[k]) for k in keys])
+widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+for row in table:
+    print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+PY
+else
+    echo "(python3 not found: raw JSON lines follow)"
+    cat "$results"
+fi
+
+if [ "$failed" -ne 0 ]; then
+    echo
+    echo "!! at least one run failed its checks: see the messages above"
+    exit 1
+fi

@@ -1,0 +1,427 @@
+//! `hookbox-loadgen`: one invocation runs one benchmark scenario against the
+//! real hookbox release binary.
+//!
+//! It starts `hookbox serve` on a fresh database in a temp dir, measures
+//! start-up-to-ready and idle memory, drives `POST /hooks/github` from many
+//! keep-alive connections for a warm-up plus a measured window, samples the
+//! server's memory, stops it with SIGTERM, and checks that the database holds
+//! exactly one row per 202 it answered. It prints a one-line summary and a
+//! JSON line (the line `bench/run.sh` collects). The exit status is non-zero
+//! when the server fails to start, exits non-zero, breaks the answer contract
+//! (a new id answered 200, a repeat answered 202 or with another row id), or
+//! the row count does not match.
+//!
+//! `server` owns the child process, `load` the connections and their
+//! figures, `payload` the signed request bodies.
+
+mod load;
+mod payload;
+mod server;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use load::{LoadConfig, Outcome};
+use payload::Signer;
+use server::{SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_status_kib};
+
+/// How long the server idles after /readyz before its idle RSS is read.
+const IDLE_SETTLE: Duration = Duration::from_millis(500);
+/// Memory sampling period during the run.
+const RSS_PERIOD: Duration = Duration::from_millis(100);
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hookbox-loadgen",
+    version,
+    about = "Benchmark hookbox: start the server, load POST /hooks/github, check the database"
+)]
+struct Args {
+    /// Label for the report; defaults to "new" or "dupNN" from --duplicates.
+    #[arg(long)]
+    scenario: Option<String>,
+    /// The hookbox binary to start [default: <workspace>/target/release/hookbox].
+    #[arg(long)]
+    hookbox: Option<PathBuf>,
+    /// Concurrent keep-alive HTTP/1.1 connections.
+    #[arg(long, default_value_t = 64)]
+    connections: u32,
+    /// Measured window in seconds (after the warm-up).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Warm-up in seconds, sent but not counted in rates and latencies.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Share (0..=1) of requests that resend an id already answered 202.
+    #[arg(long, default_value_t = 0.0)]
+    duplicates: f64,
+    /// server.durability in the generated config.
+    #[arg(long, default_value = "full", value_parser = ["full", "normal"])]
+    durability: String,
+    /// Load generator threads (1 = a current-thread runtime, leaving the
+    /// other cores to the server).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Seconds before an unanswered request counts as an error.
+    #[arg(long, default_value_t = 30.0)]
+    request_timeout: f64,
+    /// Seconds the server gets to exit after SIGTERM.
+    #[arg(long, default_value_t = 30.0)]
+    stop_timeout: f64,
+    /// Keep the temp dir (config, database, server log) and print its path.
+    #[arg(long)]
+    keep: bool,
+}
+
+impl Args {
+    fn check(&self) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.duplicates) {
+            bail!(
+                "--duplicates must be between 0 and 1, got {}",
+                self.duplicates
+            );
+        }
+        if self.connections == 0 || self.threads == 0 {
+            bail!("--connections and --threads must be at least 1");
+        }
+        for (name, v) in [
+            ("--duration", self.duration),
+            ("--warmup", self.warmup),
+            ("--request-timeout", self.request_timeout),
+            ("--stop-timeout", self.stop_timeout),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                bail!("{name} must be a non-negative number of seconds, got {v}");
+            }
+        }
+        if self.duration == 0.0 {
+            bail!("--duration must be above 0");
+        }
+        Ok(())
+    }
+
+    fn scenario(&self) -> String {
+        match &self.scenario {
+            Some(s) => s.clone(),
+            None if self.duplicates == 0.0 => "new".to_owned(),
+            None => format!("dup{}", (self.duplicates * 100.0).round()),
+        }
+    }
+
+    fn hookbox(&self) -> PathBuf {
+        self.hookbox.clone().unwrap_or_else(|| {
+            // bench/ sits directly under the workspace root.
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/hookbox")
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("hookbox-loadgen: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Returns whether every check passed.
+fn run(args: Args) -> Result<bool> {
+    args.check()?;
+    let runtime = if args.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.threads)
+            .enable_all()
+            .build()
+    }
+    .context("building the tokio runtime")?;
+    runtime.block_on(async {
+        // Returning drops the scenario and with it the server (kill_on_drop)
+        // and its temp dir, instead of leaving them behind.
+        tokio::select! {
+            r = scenario(args) => r,
+            signal = interrupted() => bail!("interrupted by {}", signal?),
+        }
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM with the signal's name.
+async fn interrupted() -> Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    Ok(tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    })
+}
+
+/// Everything measured in one run, ready to print.
+struct Report {
+    scenario: String,
+    args_connections: u32,
+    duration: f64,
+    durability: String,
+    threads: usize,
+    duplicates_share: f64,
+    startup: Duration,
+    idle_kib: u64,
+    peak_kib: u64,
+    hwm_kib: Option<u64>,
+    load: Outcome,
+    rows: u64,
+    exit_code: Option<i32>,
+    shutdown: Duration,
+    /// Wall time of warm-up plus measured window, as it actually ran.
+    load_wall: Duration,
+    /// CPU time over `load_wall`, when /proc could tell.
+    server_cpu: Option<Duration>,
+    loadgen_cpu: Option<Duration>,
+}
+
+async fn scenario(args: Args) -> Result<bool> {
+    let binary = args.hookbox();
+    if !binary.is_file() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p hookbox` or pass --hookbox",
+            binary.display()
+        );
+    }
+    let (mut server, startup) = Server::start(&binary, &args.durability).await?;
+    let pid = server.pid();
+    if args.keep {
+        eprintln!("keeping {}", server.keep_dir().display());
+    }
+
+    tokio::time::sleep(IDLE_SETTLE).await;
+    let idle_kib = proc_status_kib(pid, "VmRSS").context("reading the idle RSS")?;
+    let peak = Arc::new(AtomicU64::new(idle_kib));
+    let sampler = tokio::spawn(sample_rss(pid, Arc::clone(&peak)));
+
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5eed);
+    let cfg = LoadConfig {
+        addr: server.public,
+        connections: args.connections,
+        warmup: Duration::from_secs_f64(args.warmup),
+        duration: Duration::from_secs_f64(args.duration),
+        duplicates: args.duplicates,
+        request_timeout: Duration::from_secs_f64(args.request_timeout),
+        signer: Arc::new(Signer::new(SECRET.as_bytes(), nonce)?),
+        seed: nonce.rotate_left(17),
+    };
+    let ticks = clock_ticks_per_sec();
+    let own_pid = std::process::id();
+    let cpu_before = (proc_cpu(pid, ticks).ok(), proc_cpu(own_pid, ticks).ok());
+    let load_started = Instant::now();
+    let load = load::run(Arc::new(cfg)).await;
+    let load_wall = load_started.elapsed();
+    let cpu_used = |before: Option<Duration>, pid: u32| {
+        Some(proc_cpu(pid, ticks).ok()?.saturating_sub(before?))
+    };
+    let server_cpu = cpu_used(cpu_before.0, pid);
+    let loadgen_cpu = cpu_used(cpu_before.1, own_pid);
+    sampler.abort();
+    if let Ok(kib) = proc_status_kib(pid, "VmRSS") {
+        peak.fetch_max(kib, Ordering::Relaxed);
+    }
+    let hwm_kib = proc_status_kib(pid, "VmHWM").ok();
+    let load = load?;
+
+    let exit = server
+        .stop(Duration::from_secs_f64(args.stop_timeout))
+        .await?;
+    let rows = count_events(&server.database)?;
+
+    let report = Report {
+        scenario: args.scenario(),
+        args_connections: args.connections,
+        duration: args.duration,
+        durability: args.durability.clone(),
+        threads: args.threads,
+        duplicates_share: args.duplicates,
+        startup,
+        idle_kib,
+        peak_kib: peak.load(Ordering::Relaxed),
+        hwm_kib,
+        load,
+        rows,
+        exit_code: exit.status.code(),
+        shutdown: exit.shutdown,
+        load_wall,
+        server_cpu,
+        loadgen_cpu,
+    };
+    let ok = report.print();
+    if !ok {
+        eprintln!("server log (tail):\n{}", server.log_tail(40));
+    }
+    Ok(ok)
+}
+
+/// Keeps the highest VmRSS seen in `peak` until aborted.
+async fn sample_rss(pid: u32, peak: Arc<AtomicU64>) {
+    let mut tick = tokio::time::interval(RSS_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        if let Ok(kib) = proc_status_kib(pid, "VmRSS") {
+            peak.fetch_max(kib, Ordering::Relaxed);
+        }
+    }
+}
+
+fn mib(kib: u64) -> f64 {
+    round(kib as f64 / 1024.0, 1)
+}
+
+/// A JSON object with its keys in the given order (serde_json's `Map`
+/// sorts them), so the line reads headline figures first.
+fn ordered_json(fields: &[(&str, Value)]) -> String {
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", Value::from(*k)))
+        .collect();
+    format!("{{{}}}", body.join(","))
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+impl Report {
+    /// Prints the summary, the JSON line and the verdict; returns whether
+    /// every check passed.
+    fn print(&self) -> bool {
+        let l = &self.load;
+        let per_sec = |n: u64| round(n as f64 / self.duration, 1);
+        let rows_match = self.rows == l.total.accepted;
+        let exited_ok = self.exit_code == Some(0);
+        let max_ms = round(
+            l.latencies_us
+                .last()
+                .map_or(0.0, |&us| f64::from(us) / 1000.0),
+            3,
+        );
+        let (p50, p99, p999) = (
+            round(l.quantile_ms(0.5), 3),
+            round(l.quantile_ms(0.99), 3),
+            round(l.quantile_ms(0.999), 3),
+        );
+
+        let cpu_pct = |cpu: Option<Duration>| {
+            cpu.map(|c| round(c.as_secs_f64() / self.load_wall.as_secs_f64() * 100.0, 0))
+        };
+        let show_pct =
+            |cpu: Option<Duration>| cpu_pct(cpu).map_or("?".to_owned(), |p| format!("{p}%"));
+        println!(
+            "{}: {} conns {}s durability={} | {} accepted/s {} dup/s {} req/s | p50 {p50} ms p99 {p99} ms p99.9 {p999} ms | errors {} 503s {} other {} | cpu server {} loadgen {} | rss idle {} MiB peak {} MiB | startup {} ms | rows {} vs 202s {} {} | exit {} in {} ms",
+            self.scenario,
+            self.args_connections,
+            self.duration,
+            self.durability,
+            per_sec(l.measured.accepted),
+            per_sec(l.measured.duplicate),
+            per_sec(l.measured.answered()),
+            l.total.errors,
+            l.total.unavailable,
+            l.total.other,
+            show_pct(self.server_cpu),
+            show_pct(self.loadgen_cpu),
+            mib(self.idle_kib),
+            mib(self.peak_kib),
+            round(self.startup.as_secs_f64() * 1000.0, 1),
+            self.rows,
+            l.total.accepted,
+            if rows_match { "OK" } else { "MISMATCH" },
+            self.exit_code
+                .map_or_else(|| "by signal".to_owned(), |c| c.to_string()),
+            self.shutdown.as_millis(),
+        );
+        let fields: Vec<(&str, Value)> = vec![
+            ("scenario", json!(self.scenario)),
+            ("connections", json!(self.args_connections)),
+            ("duration", json!(self.duration)),
+            ("accepted_per_sec", json!(per_sec(l.measured.accepted))),
+            ("duplicates_per_sec", json!(per_sec(l.measured.duplicate))),
+            ("requests_per_sec", json!(per_sec(l.measured.answered()))),
+            ("p50_ms", json!(p50)),
+            ("p99_ms", json!(p99)),
+            ("p999_ms", json!(p999)),
+            ("errors", json!(l.total.errors)),
+            ("peak_rss_mib", json!(mib(self.peak_kib))),
+            ("idle_rss_mib", json!(mib(self.idle_kib))),
+            (
+                "startup_ms",
+                json!(round(self.startup.as_secs_f64() * 1000.0, 1)),
+            ),
+            ("rows", json!(self.rows)),
+            ("rows_match", json!(rows_match)),
+            // Beyond the headline figures: what explains them.
+            ("max_ms", json!(max_ms)),
+            ("status_503", json!(l.total.unavailable)),
+            ("status_other", json!(l.total.other)),
+            ("wrong_status", json!(l.anomalies.wrong_status)),
+            ("wrong_id", json!(l.anomalies.wrong_id)),
+            ("no_id", json!(l.anomalies.no_id)),
+            ("reconnects", json!(l.reconnects)),
+            ("accepted_total", json!(l.total.accepted)),
+            ("hwm_rss_mib", json!(self.hwm_kib.map(mib))),
+            ("server_cpu_pct", json!(cpu_pct(self.server_cpu))),
+            ("loadgen_cpu_pct", json!(cpu_pct(self.loadgen_cpu))),
+            ("shutdown_ms", json!(self.shutdown.as_millis() as u64)),
+            ("exit_code", json!(self.exit_code)),
+            ("durability", json!(self.durability)),
+            ("duplicates", json!(self.duplicates_share)),
+            ("loadgen_threads", json!(self.threads)),
+        ];
+        let line = ordered_json(&fields);
+        println!("{line}");
+
+        for s in &l.samples {
+            eprintln!("  example: {s}");
+        }
+        let mut ok = true;
+        if !rows_match {
+            ok = false;
+            eprintln!(
+                "MISMATCH: events holds {} rows but the server answered 202 {} times ({} requests got no answer)",
+                self.rows, l.total.accepted, l.total.errors
+            );
+        }
+        if !exited_ok {
+            ok = false;
+            eprintln!(
+                "FAIL: the server exited with {:?} after SIGTERM (expected 0)",
+                self.exit_code
+            );
+        }
+        if l.anomalies.any() {
+            ok = false;
+            eprintln!(
+                "FAIL: answers broke the contract: {} wrong status (new->200 or repeat->202), {} duplicate with another id, {} 2xx without an id",
+                l.anomalies.wrong_status, l.anomalies.wrong_id, l.anomalies.no_id
+            );
+        }
+        if ok {
+            println!("OK");
+        }
+        ok
+    }
+}

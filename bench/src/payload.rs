@@ -1,0 +1,126 @@
+//! Request bodies that look like a GitHub `push` delivery, signed the way
+//! GitHub signs them (`X-Hub-Signature-256: sha256=<hex hmac-sha256>` over the
+//! raw body).
+//!
+//! Every body is a fixed ~2 KiB prefix followed by a short tail that carries
+//! the delivery id. The HMAC state after the prefix is computed once, so
+//! making a new signed delivery costs a clone plus hashing ~100 bytes: the
+//! load generator spends its CPU sending, not hashing. A delivery is a pure
+//! function of `(connection, seq)`, so a duplicate is rebuilt byte for byte
+//! (same body, same signature) instead of being kept in memory.
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use std::fmt::Write as _;
+
+/// Everything of a push payload but the closing brace; the tail adds the
+/// delivery id and closes the object.
+const PUSH_PREFIX: &str = r#"{"ref":"refs/heads/main","before":"6113728f27ae82c7b1a177c8d03f9e96e0adf246","after":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","repository":{"id":186853002,"name":"shop","full_name":"acme/shop","private":true,"owner":{"name":"acme","email":"ops@acme.example","login":"acme","id":21031067,"type":"Organization","site_admin":false},"html_url":"https://github.com/acme/shop","description":"The shop front end and its checkout service","fork":false,"url":"https://github.com/acme/shop","created_at":1557833520,"updated_at":"2026-11-20T09:12:44Z","pushed_at":1764400000,"clone_url":"https://github.com/acme/shop.git","open_issues_count":17,"default_branch":"main"},"pusher":{"name":"octocat","email":"octocat@users.noreply.github.com"},"sender":{"login":"octocat","id":583231,"type":"User","site_admin":false},"created":false,"deleted":false,"forced":false,"base_ref":null,"compare":"https://github.com/acme/shop/compare/6113728f27ae...59b20b8d5c6f","commits":[{"id":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","distinct":true,"message":"checkout: retry the payment intent lookup once before failing the order","timestamp":"2026-11-29T21:40:12+01:00","url":"https://github.com/acme/shop/commit/59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","author":{"name":"Mona Octocat","email":"octocat@users.noreply.github.com","username":"octocat"},"committer":{"name":"GitHub","email":"noreply@github.com","username":"web-flow"},"added":[],"removed":[],"modified":["checkout/src/payment.rs","checkout/src/order.rs"]}],"head_commit":{"id":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","distinct":true,"message":"checkout: retry the payment intent lookup once before failing the order","timestamp":"2026-11-29T21:40:12+01:00","url":"https://github.com/acme/shop/commit/59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","author":{"name":"Mona Octocat","email":"octocat@users.noreply.github.com","username":"octocat"},"added":[],"removed":[],"modified":["checkout/src/payment.rs","checkout/src/order.rs"]}"#;
+
+/// One signed request, ready to send.
+pub struct Delivery {
+    /// `X-GitHub-Delivery`, also embedded in the body.
+    pub id: String,
+    pub body: Bytes,
+    /// The full `X-Hub-Signature-256` value, `sha256=<hex>`.
+    pub signature: String,
+}
+
+/// Builds signed deliveries; shared read-only by every connection.
+pub struct Signer {
+    /// Distinguishes this run's ids from any other run's.
+    nonce: u64,
+    /// HMAC state after absorbing `PUSH_PREFIX`.
+    after_prefix: Hmac<Sha256>,
+}
+
+impl Signer {
+    pub fn new(secret: &[u8], nonce: u64) -> Result<Self> {
+        let mut after_prefix =
+            Hmac::<Sha256>::new_from_slice(secret).context("creating the HMAC-SHA256 key")?;
+        after_prefix.update(PUSH_PREFIX.as_bytes());
+        Ok(Signer {
+            nonce,
+            after_prefix,
+        })
+    }
+
+    /// The delivery number `seq` of connection `conn`. Calling it twice with
+    /// the same arguments yields the same bytes and signature.
+    pub fn delivery(&self, conn: u32, seq: u64) -> Delivery {
+        let id = delivery_id(self.nonce, conn, seq);
+        let tail =
+            format!(r#","hookbox_bench":{{"delivery":"{id}","connection":{conn},"seq":{seq}}}}}"#);
+        let mut mac = self.after_prefix.clone();
+        mac.update(tail.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        let mut signature = String::with_capacity(7 + 64);
+        signature.push_str("sha256=");
+        signature.push_str(&hex::encode(digest));
+        let mut body = Vec::with_capacity(PUSH_PREFIX.len() + tail.len());
+        body.extend_from_slice(PUSH_PREFIX.as_bytes());
+        body.extend_from_slice(tail.as_bytes());
+        Delivery {
+            id,
+            body: Bytes::from(body),
+            signature,
+        }
+    }
+}
+
+/// A UUID-shaped id (version nibble 4, variant nibble a) unique per
+/// `(nonce, conn, seq)` for any `seq` below 2^60.
+fn delivery_id(nonce: u64, conn: u32, seq: u64) -> String {
+    let mut id = String::with_capacity(36);
+    // Writing into a String cannot fail.
+    let _ = write!(
+        id,
+        "{:08x}-{:04x}-4{:03x}-a{:03x}-{:012x}",
+        nonce & 0xffff_ffff,
+        conn & 0xffff,
+        (seq >> 48) & 0xfff,
+        (nonce >> 32) & 0xfff,
+        seq & 0xffff_ffff_ffff,
+    );
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_is_two_kib_of_json_carrying_the_delivery_id() {
+        let signer = Signer::new(b"bench-secret", 0x1234_5678_9abc_def0).unwrap();
+        let d = signer.delivery(7, 42);
+        assert!((1900..=2300).contains(&d.body.len()), "{}", d.body.len());
+        let v: serde_json::Value = serde_json::from_slice(&d.body).unwrap();
+        assert_eq!(v["hookbox_bench"]["delivery"], d.id.as_str());
+        assert_eq!(v["ref"], "refs/heads/main");
+        assert_eq!(d.id.len(), 36);
+    }
+
+    #[test]
+    fn signature_matches_a_plain_hmac_over_the_whole_body() {
+        let signer = Signer::new(b"bench-secret", 1).unwrap();
+        let d = signer.delivery(3, 9);
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"bench-secret").unwrap();
+        mac.update(&d.body);
+        let want = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        assert_eq!(d.signature, want);
+    }
+
+    #[test]
+    fn the_same_seq_rebuilds_the_same_delivery_and_ids_differ_otherwise() {
+        let signer = Signer::new(b"bench-secret", 1).unwrap();
+        let (a, b) = (signer.delivery(1, 5), signer.delivery(1, 5));
+        assert_eq!(
+            (a.id.as_str(), &a.body, a.signature.as_str()),
+            (b.id.as_str(), &b.body, b.signature.as_str())
+        );
+        assert_ne!(signer.delivery(1, 6).id, a.id);
+        assert_ne!(signer.delivery(2, 5).id, a.id);
+    }
+}

@@ -1,0 +1,331 @@
+//! The hookbox server under test: writes its config into a temp dir, starts
+//! the real release binary as a child process, waits for `/readyz`, reads its
+//! memory from `/proc`, stops it with SIGTERM and counts the rows it stored.
+//!
+//! The child is spawned with `kill_on_drop`, so an error anywhere in the load
+//! generator never leaves a server running.
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+/// The webhook secret of the bench's `github` source.
+pub const SECRET: &str = "bench-secret";
+
+/// How long start-up may take before the run is abandoned.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Interval between `/readyz` probes.
+const READY_POLL: Duration = Duration::from_millis(2);
+
+pub struct Server {
+    child: Child,
+    pid: u32,
+    /// The public listener, where `/hooks/github` and `/readyz` live.
+    pub public: SocketAddr,
+    pub database: PathBuf,
+    log: PathBuf,
+    /// Kept so the directory lives as long as the server; `None` once kept.
+    dir: Option<TempDir>,
+    dir_path: PathBuf,
+}
+
+/// How the server ended after SIGTERM.
+pub struct Exit {
+    pub status: ExitStatus,
+    /// From SIGTERM to the process having exited.
+    pub shutdown: Duration,
+}
+
+impl Server {
+    /// Writes the config and spawns `binary serve --config ..`; returns the
+    /// server once `/readyz` on the public port answers 200, with the time
+    /// that took since spawn.
+    pub async fn start(binary: &Path, durability: &str) -> Result<(Server, Duration)> {
+        let dir = tempfile::Builder::new()
+            .prefix("hookbox-bench-")
+            .tempdir()
+            .context("creating the temp dir")?;
+        let dir_path = dir.path().to_path_buf();
+        let (public, admin) = two_free_ports()?;
+        let database = dir_path.join("hookbox.db");
+        let config = dir_path.join("hookbox.toml");
+        std::fs::write(&config, config_toml(public, admin, &database, durability))
+            .with_context(|| format!("writing {}", config.display()))?;
+        let log = dir_path.join("server.log");
+        let log_file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let log_err = log_file
+            .try_clone()
+            .context("duplicating the log file handle")?;
+
+        let spawned_at = Instant::now();
+        let child = Command::new(binary)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log_file)
+            .stderr(log_err)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let pid = child
+            .id()
+            .context("the server exited before its pid was read")?;
+        let mut server = Server {
+            child,
+            pid,
+            public,
+            database,
+            log,
+            dir: Some(dir),
+            dir_path,
+        };
+        server.wait_ready(spawned_at).await?;
+        Ok((server, spawned_at.elapsed()))
+    }
+
+    async fn wait_ready(&mut self, spawned_at: Instant) -> Result<()> {
+        loop {
+            if let Some(status) = self
+                .child
+                .try_wait()
+                .context("polling the server process")?
+            {
+                bail!(
+                    "the server exited during start-up ({status}); its log:\n{}",
+                    self.log_tail(40)
+                );
+            }
+            if probe_ready(self.public).await {
+                return Ok(());
+            }
+            if spawned_at.elapsed() > READY_TIMEOUT {
+                bail!(
+                    "GET /readyz on {} did not answer 200 within {READY_TIMEOUT:?}; server log:\n{}",
+                    self.public,
+                    self.log_tail(40)
+                );
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Keeps the temp dir (config, database, log) after the run and returns
+    /// its path.
+    pub fn keep_dir(&mut self) -> PathBuf {
+        if let Some(dir) = self.dir.take() {
+            // Dropping the returned path keeps the directory on disk.
+            let _ = dir.keep();
+        }
+        self.dir_path.clone()
+    }
+
+    /// The last `lines` lines of the server's stdout and stderr.
+    pub fn log_tail(&self, lines: usize) -> String {
+        match std::fs::read_to_string(&self.log) {
+            Ok(text) => {
+                let all: Vec<&str> = text.lines().collect();
+                let from = all.len().saturating_sub(lines);
+                all[from..].join("\n")
+            }
+            Err(e) => format!("(cannot read {}: {e})", self.log.display()),
+        }
+    }
+
+    /// Sends SIGTERM and waits up to `grace` for the process to exit; kills
+    /// it with SIGKILL after that and reports the timeout as an error.
+    pub async fn stop(&mut self, grace: Duration) -> Result<Exit> {
+        let sent_at = Instant::now();
+        let kill = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid.to_string())
+            .status()
+            .context("running kill -TERM")?;
+        if !kill.success() {
+            bail!("kill -TERM {} failed: {kill}", self.pid);
+        }
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(status) => Ok(Exit {
+                status: status.context("waiting for the server to exit")?,
+                shutdown: sent_at.elapsed(),
+            }),
+            Err(_) => {
+                self.child
+                    .kill()
+                    .await
+                    .context("killing the server after the SIGTERM grace period")?;
+                bail!(
+                    "the server did not exit within {grace:?} of SIGTERM (killed); log:\n{}",
+                    self.log_tail(40)
+                )
+            }
+        }
+    }
+}
+
+fn config_toml(public: SocketAddr, admin: SocketAddr, database: &Path, durability: &str) -> String {
+    // `{:?}` quotes and escapes the path the way a TOML basic string expects
+    // for any path a temp dir produces.
+    format!(
+        r#"[server]
+listen = "{public}"
+admin_listen = "{admin}"
+database = {database:?}
+durability = "{durability}"
+
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["{SECRET}"]
+"#,
+        database = database.display().to_string(),
+    )
+}
+
+/// Two distinct free loopback ports: both listeners are held until both
+/// ports are known, then dropped so the server can bind them.
+fn two_free_ports() -> Result<(SocketAddr, SocketAddr)> {
+    let a = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    let b = TcpListener::bind("127.0.0.1:0").context("finding a second free port")?;
+    Ok((
+        a.local_addr().context("reading a bound address")?,
+        b.local_addr().context("reading a bound address")?,
+    ))
+}
+
+/// One `GET /readyz` on a fresh connection; true only for a 200.
+async fn probe_ready(addr: SocketAddr) -> bool {
+    let probe = async {
+        let stream = TcpStream::connect(addr).await?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = Request::get("/readyz")
+            .header(hyper::header::HOST, addr.to_string())
+            .body(Empty::<Bytes>::new())?;
+        let resp = sender.send_request(req).await?;
+        let status = resp.status();
+        resp.into_body().collect().await?;
+        anyhow::Ok(status)
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), probe).await,
+        Ok(Ok(StatusCode::OK))
+    )
+}
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`).
+pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    text.lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .with_context(|| format!("no {field} line in {path}"))
+}
+
+/// CPU time (user + system, all threads) a process has used so far.
+pub fn proc_cpu(pid: u32, ticks_per_sec: f64) -> Result<Duration> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // Fields after the parenthesised command name start at field 3 (state);
+    // utime and stime are fields 14 and 15.
+    let after_comm = text
+        .rfind(')')
+        .map(|i| &text[i + 1..])
+        .with_context(|| format!("no command name in {path}"))?;
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .with_context(|| format!("no field {} in {path}", i + 3))
+    };
+    let total = ticks(11)? + ticks(12)?;
+    Ok(Duration::from_secs_f64(total as f64 / ticks_per_sec))
+}
+
+/// The kernel's clock tick rate for `/proc/*/stat` times (`getconf
+/// CLK_TCK`); 100, the value on every common Linux build, if getconf fails.
+pub fn clock_ticks_per_sec() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|t| *t > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// `SELECT count(*) FROM events`, through a read-only connection.
+pub fn count_events(database: &Path) -> Result<u64> {
+    use rusqlite::{Connection, OpenFlags};
+    let conn = Connection::open_with_flags(
+        database,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("opening {} read-only", database.display()))?;
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM events", [], |row| row.get(0))
+        .context("counting events")?;
+    u64::try_from(n).context("a negative row count")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_status_reads_this_process_rss() {
+        let kib = proc_status_kib(std::process::id(), "VmRSS").unwrap();
+        assert!(kib > 0);
+    }
+
+    #[test]
+    fn proc_cpu_reads_this_process() {
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(30) {
+            std::hint::black_box(0u64);
+        }
+        let cpu = proc_cpu(std::process::id(), clock_ticks_per_sec()).unwrap();
+        assert!(cpu > Duration::ZERO);
+    }
+
+    #[test]
+    fn config_names_both_listeners_and_the_database() {
+        let toml = config_toml(
+            "127.0.0.1:1000".parse().unwrap(),
+            "127.0.0.1:1001".parse().unwrap(),
+            Path::new("/tmp/x/hookbox.db"),
+            "normal",
+        );
+        assert!(toml.contains("listen = \"127.0.0.1:1000\""));
+        assert!(toml.contains("admin_listen = \"127.0.0.1:1001\""));
+        assert!(toml.contains("database = \"/tmp/x/hookbox.db\""));
+        assert!(toml.contains("durability = \"normal\""));
+        assert!(toml.contains("secrets = [\"bench-secret\"]"));
+    }
+}
