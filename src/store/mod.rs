@@ -6,11 +6,15 @@
 //! Nothing else in hookbox opens the database for writing, so our own
 //! writes never meet `SQLITE_BUSY` and inserts can be committed in groups.
 
+mod checkpoint;
 pub mod models;
 pub mod schema;
+mod syncer;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -49,8 +53,17 @@ pub fn open(
     durability: Durability,
     queue: usize,
 ) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
-    let conn = open_writer_connection(path, durability)?;
-    let (writer, join) = writer::spawn(conn, queue)?;
+    let conn = open_writer_connection(path)?;
+    let poisoned = Arc::new(AtomicBool::new(false));
+    let helpers = writer::Helpers {
+        checkpointer: checkpoint::spawn(path)?,
+        syncer: match durability {
+            Durability::Full => Some(syncer::spawn(path, poisoned.clone())?),
+            Durability::Normal => None,
+        },
+        poisoned,
+    };
+    let (writer, join) = writer::spawn(conn, helpers, queue)?;
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .with_init(|c| {
@@ -72,8 +85,12 @@ pub fn open(
     Ok((store, writer, WriterThread(join)))
 }
 
-/// The one read-write connection: WAL, the configured durability, schema.
-fn open_writer_connection(path: &Path, durability: Durability) -> anyhow::Result<Connection> {
+/// The one connection that writes rows: WAL, schema.
+///
+/// It runs with `synchronous=NORMAL` whatever the durability: with "full"
+/// the syncer thread fsyncs the WAL before any answer goes out, which is
+/// what `FULL` would do inside the commit, but without stopping the writer.
+fn open_writer_connection(path: &Path) -> anyhow::Result<Connection> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the database directory {}", dir.display()))?;
@@ -88,11 +105,9 @@ fn open_writer_connection(path: &Path, durability: Durability) -> anyhow::Result
         mode.eq_ignore_ascii_case("wal"),
         "the database stayed in {mode} journal mode; WAL is needed (is the file on a network filesystem?)"
     );
-    let synchronous = match durability {
-        Durability::Full => "FULL",
-        Durability::Normal => "NORMAL",
-    };
-    conn.pragma_update(None, "synchronous", synchronous)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // The checkpointer thread does this, off the commit path.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     schema::apply(&mut conn)

@@ -1,31 +1,43 @@
-//! The writer thread: the only read-write connection, and group commit.
+//! The writer thread: the only connection that writes rows, and group commit.
 //!
 //! Every write in hookbox is a [`WriteCmd`] sent to this thread over a
 //! bounded channel. The thread blocks for one command, then drains whatever
 //! else is already queued (up to [`MAX_BATCH`]) into one `BEGIN IMMEDIATE`
-//! transaction, commits once (one fsync for the whole group), and only then
-//! answers each command. So a request is acknowledged only after its row is
-//! durable, and the cost of the fsync is shared by everyone who was waiting.
+//! transaction and commits it. A command is answered only once its group is
+//! durable: with `durability = "full"` the group goes to the syncer thread
+//! ([`super::syncer`]), which fsyncs the WAL and then answers, while this
+//! thread already builds the next group; so the fsync of one group overlaps
+//! the inserts of the next, and its cost is shared by everyone in it. With
+//! `"normal"` the group is answered right after the commit.
 //!
-//! When the commit fails (disk full, read-only file, I/O error), every
+//! When a commit fails (disk full, read-only file, I/O error), every
 //! command of the group is answered [`StoreError::Unavailable`] and nothing
 //! of the group is kept; the next group tries again, so the inbox recovers
 //! by itself once the cause is gone.
 //!
 //! The thread exits when every [`WriterHandle`] has been dropped, after it
-//! has answered what was queued and checkpointed the WAL.
+//! has answered what was queued, stopped the syncer and the checkpointer,
+//! and checkpointed the WAL.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::{mpsc, oneshot};
 
+use super::checkpoint::Nudge;
 use super::models::{Inserted, NewEvent};
+use super::syncer::Syncer;
 
 /// Most commands in one transaction: bounds how long the first waiter of a
 /// group waits for the last one's work.
 pub const MAX_BATCH: usize = 1024;
+
+/// While commits keep failing, the failure is logged at most this often.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Why the writer could not do what was asked.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -53,9 +65,26 @@ pub enum WriteCmd {
     },
 }
 
+/// What one command did inside the transaction, before it was durable.
+pub enum Applied {
+    Inserted(Inserted),
+    Done,
+}
+
 impl WriteCmd {
-    fn fail(self, err: StoreError) {
-        // A dropped receiver means the client went away; nothing to tell.
+    /// Answers with the command's result. A dropped receiver means the
+    /// client went away; there is nobody to tell.
+    pub(super) fn answer(self, applied: Applied) {
+        match (self, applied) {
+            (WriteCmd::Insert { reply, .. }, Applied::Inserted(inserted)) => {
+                drop(reply.send(Ok(inserted)))
+            }
+            (WriteCmd::Ping { reply }, _) => drop(reply.send(Ok(()))),
+            (cmd, Applied::Done) => cmd.fail(StoreError::Unavailable("internal: no row id".into())),
+        }
+    }
+
+    pub(super) fn fail(self, err: StoreError) {
         match self {
             WriteCmd::Insert { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Ping { reply } => drop(reply.send(Err(err))),
@@ -70,14 +99,14 @@ pub struct WriterHandle {
 }
 
 impl WriterHandle {
-    /// Stores an event, answering once it is committed (or known duplicate).
+    /// Stores an event, answering once it is durable (or a known duplicate).
     pub async fn insert(&self, event: NewEvent) -> Result<Inserted, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Insert { event, reply })?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Round-trips a small write through the writer.
+    /// Round-trips a small durable write through the writer.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Ping { reply })?;
@@ -92,39 +121,46 @@ impl WriterHandle {
     }
 }
 
+/// The threads the writer owns and stops, in order, when it stops.
+pub struct Helpers {
+    pub checkpointer: (Nudge, JoinHandle<()>),
+    /// `None` with `durability = "normal"`: answers go out after the commit.
+    pub syncer: Option<(Syncer, JoinHandle<()>)>,
+    /// Set by the syncer when an fsync failed: from then on nothing can be
+    /// promised, so every command is refused until hookbox restarts.
+    pub poisoned: Arc<AtomicBool>,
+}
+
 /// Starts the writer thread on `conn`, with room for `queue` waiting commands.
-pub fn spawn(conn: Connection, queue: usize) -> anyhow::Result<(WriterHandle, JoinHandle<()>)> {
+pub fn spawn(
+    conn: Connection,
+    helpers: Helpers,
+    queue: usize,
+) -> anyhow::Result<(WriterHandle, JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel(queue);
     let join = std::thread::Builder::new()
         .name("store-writer".into())
-        .spawn(move || Writer { conn }.run(rx))
+        .spawn(move || Writer::new(conn, helpers).run(rx))
         .context("starting the writer thread")?;
     Ok((WriterHandle { tx }, join))
 }
 
 struct Writer {
     conn: Connection,
-}
-
-/// What one command did inside the transaction, before the commit.
-enum Applied {
-    Inserted(Inserted),
-    Done,
-}
-
-impl WriteCmd {
-    fn answer(self, applied: Applied) {
-        match (self, applied) {
-            (WriteCmd::Insert { reply, .. }, Applied::Inserted(inserted)) => {
-                drop(reply.send(Ok(inserted)))
-            }
-            (WriteCmd::Ping { reply }, _) => drop(reply.send(Ok(()))),
-            (cmd, Applied::Done) => cmd.fail(StoreError::Unavailable("internal: no row id".into())),
-        }
-    }
+    helpers: Helpers,
+    /// Since when commits have been failing, and when that was last logged.
+    failing: Option<(Instant, Instant)>,
 }
 
 impl Writer {
+    fn new(conn: Connection, helpers: Helpers) -> Self {
+        Writer {
+            conn,
+            helpers,
+            failing: None,
+        }
+    }
+
     fn run(mut self, mut rx: mpsc::Receiver<WriteCmd>) {
         let mut batch = Vec::with_capacity(64);
         while let Some(first) = rx.blocking_recv() {
@@ -137,24 +173,59 @@ impl Writer {
             }
             self.commit_group(&mut batch);
         }
+        self.stop();
+    }
+
+    /// Stops the syncer (which answers what it holds) and the checkpointer,
+    /// then leaves the database with an empty WAL.
+    fn stop(self) {
+        let Helpers {
+            checkpointer: (nudge, checkpointer),
+            syncer,
+            ..
+        } = self.helpers;
+        if let Some((syncer, join)) = syncer {
+            drop(syncer);
+            if join.join().is_err() {
+                tracing::error!("the syncer thread panicked");
+            }
+        }
+        drop(nudge);
+        if checkpointer.join().is_err() {
+            tracing::error!("the checkpoint thread panicked");
+        }
         if let Err(e) = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
             tracing::warn!(error = %e, "final WAL checkpoint failed; the next start will finish it");
         }
         tracing::debug!("writer stopped");
     }
 
-    /// Runs `batch` in one transaction, then answers every command in it:
-    /// with its result when the commit succeeded, with 503 when it did not.
+    /// Runs `batch` in one transaction, then has every command answered:
+    /// with its result once durable, with 503 when the commit failed.
     fn commit_group(&mut self, batch: &mut Vec<WriteCmd>) {
+        if self.helpers.poisoned.load(Ordering::Relaxed) {
+            for cmd in batch.drain(..) {
+                cmd.fail(StoreError::Unavailable(
+                    "an earlier fsync failed; restart hookbox".into(),
+                ));
+            }
+            return;
+        }
         match self.apply(batch) {
             Ok(results) => {
-                for (cmd, applied) in batch.drain(..).zip(results) {
-                    cmd.answer(applied);
+                self.recovered();
+                self.helpers.checkpointer.0.nudge();
+                let group: Vec<_> = batch.drain(..).zip(results).collect();
+                match &self.helpers.syncer {
+                    Some((syncer, _)) => syncer.sync_then_answer(group),
+                    None => group
+                        .into_iter()
+                        .for_each(|(cmd, applied)| cmd.answer(applied)),
                 }
             }
             Err(e) => {
                 let reason = format!("{e:#}");
-                tracing::error!(error = %reason, batch_size = batch.len(), "commit failed; answering 503");
+                self.failed(&reason, batch.len());
                 for cmd in batch.drain(..) {
                     cmd.fail(StoreError::Unavailable(reason.clone()));
                 }
@@ -177,11 +248,39 @@ impl Writer {
         tx.commit().context("committing")?;
         Ok(results)
     }
+
+    /// Logs a failed commit: at once when commits start failing, then at
+    /// most every [`FAILURE_LOG_INTERVAL`], so a full disk does not also
+    /// flood the log.
+    fn failed(&mut self, reason: &str, batch_size: usize) {
+        let now = Instant::now();
+        match &mut self.failing {
+            None => {
+                tracing::error!(error = %reason, batch_size, "commit failed; answering 503 until it succeeds again");
+                self.failing = Some((now, now));
+            }
+            Some((since, logged)) if now.duration_since(*logged) >= FAILURE_LOG_INTERVAL => {
+                tracing::error!(
+                    error = %reason,
+                    failing_for_secs = now.duration_since(*since).as_secs(),
+                    "commits still failing; answering 503"
+                );
+                *logged = now;
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn recovered(&mut self) {
+        if let Some((since, _)) = self.failing.take() {
+            tracing::info!(
+                failed_for_secs = since.elapsed().as_secs(),
+                "commits succeed again"
+            );
+        }
+    }
 }
 
-/// Inserts unless `(source, delivery_id)` is already there; either way
-/// returns the row id. A duplicate inside the same group finds the row the
-/// earlier command of the group inserted.
 fn insert(tx: &rusqlite::Transaction, e: &NewEvent) -> anyhow::Result<Inserted> {
     let new_id = tx
         .prepare_cached(

@@ -1,0 +1,98 @@
+//! The syncer thread: makes committed groups durable, then answers them.
+//!
+//! With `durability = "full"` the writer connection runs with
+//! `synchronous=NORMAL`, so a commit writes its WAL frames without waiting
+//! for the disk, and this thread does the waiting: it takes every group the
+//! writer has committed since its last pass, calls `fdatasync` on the WAL
+//! file once, and only then answers the commands of those groups. Because
+//! the fsync starts after the commits it covers, an answer still means what
+//! `synchronous=FULL` means (the WAL frames of the transaction are on
+//! stable storage), but the writer can build and commit the next group
+//! while the disk works on the previous one.
+//!
+//! If an fsync fails, the kernel may already have dropped the pages it
+//! could not write, and a later fsync can succeed without them; so one
+//! failure poisons the store: those groups get 503 and the writer refuses
+//! everything until hookbox is restarted and SQLite recovers from what is
+//! really on disk.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use anyhow::Context;
+
+use super::writer::{Applied, StoreError, WriteCmd};
+
+type Group = Vec<(WriteCmd, Applied)>;
+
+/// The writer's side of the syncer.
+pub struct Syncer(mpsc::Sender<Group>);
+
+impl Syncer {
+    /// Queues a committed group to be answered once the WAL is synced.
+    pub fn sync_then_answer(&self, group: Group) {
+        if let Err(mpsc::SendError(group)) = self.0.send(group) {
+            // The syncer is gone (it panicked): nothing can be promised.
+            for (cmd, _) in group {
+                cmd.fail(StoreError::Unavailable("the syncer has stopped".into()));
+            }
+        }
+    }
+}
+
+/// Opens the WAL file of the database at `db` and starts the syncer. It
+/// stops, after answering what it holds, when the [`Syncer`] is dropped.
+pub fn spawn(db: &Path, poisoned: Arc<AtomicBool>) -> anyhow::Result<(Syncer, JoinHandle<()>)> {
+    let mut wal_path = db.as_os_str().to_owned();
+    wal_path.push("-wal");
+    // SQLite keeps this inode for as long as a connection is open (ours
+    // always is); creating it first is harmless, an empty WAL is valid.
+    let wal = private_file(Path::new(&wal_path))?;
+    let (tx, rx) = mpsc::channel::<Group>();
+    let join = std::thread::Builder::new()
+        .name("store-syncer".into())
+        .spawn(move || run(&wal, &rx, &poisoned))
+        .context("starting the syncer thread")?;
+    Ok((Syncer(tx), join))
+}
+
+fn private_file(path: &Path) -> anyhow::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("opening the WAL {}", path.display()))
+}
+
+fn run(wal: &File, rx: &mpsc::Receiver<Group>, poisoned: &AtomicBool) {
+    let mut pending: Vec<Group> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        pending.push(first);
+        pending.extend(rx.try_iter());
+        match wal.sync_data() {
+            Ok(()) => {
+                for (cmd, applied) in pending.drain(..).flatten() {
+                    cmd.answer(applied);
+                }
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = %e,
+                    "fsync of the WAL failed: refusing all writes until hookbox is restarted"
+                );
+                poisoned.store(true, Ordering::Relaxed);
+                for (cmd, _) in pending.drain(..).flatten() {
+                    cmd.fail(StoreError::Unavailable(format!("fsync failed: {e}")));
+                }
+            }
+        }
+    }
+}
