@@ -8,6 +8,7 @@
 
 mod checkpoint;
 pub mod models;
+mod recent;
 pub mod schema;
 mod syncer;
 pub mod writer;
@@ -55,13 +56,15 @@ pub fn open(
 ) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
     let conn = open_writer_connection(path)?;
     let poisoned = Arc::new(AtomicBool::new(false));
+    let recent = Arc::new(recent::RecentKeys::default());
     let helpers = writer::Helpers {
         checkpointer: checkpoint::spawn(path)?,
         syncer: match durability {
-            Durability::Full => Some(syncer::spawn(path, poisoned.clone())?),
+            Durability::Full => Some(syncer::spawn(path, poisoned.clone(), recent.clone())?),
             Durability::Normal => None,
         },
         poisoned,
+        recent,
     };
     let (writer, join) = writer::spawn(conn, helpers, queue)?;
     let manager = SqliteConnectionManager::file(path)

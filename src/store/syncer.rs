@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 
 use anyhow::Context;
 
+use super::recent::RecentKeys;
 use super::writer::{Applied, StoreError, WriteCmd};
 
 type Group = Vec<(WriteCmd, Applied)>;
@@ -46,7 +47,11 @@ impl Syncer {
 
 /// Opens the WAL file of the database at `db` and starts the syncer. It
 /// stops, after answering what it holds, when the [`Syncer`] is dropped.
-pub fn spawn(db: &Path, poisoned: Arc<AtomicBool>) -> anyhow::Result<(Syncer, JoinHandle<()>)> {
+pub fn spawn(
+    db: &Path,
+    poisoned: Arc<AtomicBool>,
+    recent: Arc<RecentKeys>,
+) -> anyhow::Result<(Syncer, JoinHandle<()>)> {
     let mut wal_path = db.as_os_str().to_owned();
     wal_path.push("-wal");
     // SQLite keeps this inode for as long as a connection is open (ours
@@ -55,7 +60,7 @@ pub fn spawn(db: &Path, poisoned: Arc<AtomicBool>) -> anyhow::Result<(Syncer, Jo
     let (tx, rx) = mpsc::channel::<Group>();
     let join = std::thread::Builder::new()
         .name("store-syncer".into())
-        .spawn(move || run(&wal, &rx, &poisoned))
+        .spawn(move || run(&wal, &rx, &poisoned, &recent))
         .context("starting the syncer thread")?;
     Ok((Syncer(tx), join))
 }
@@ -72,7 +77,7 @@ fn private_file(path: &Path) -> anyhow::Result<File> {
         .with_context(|| format!("opening the WAL {}", path.display()))
 }
 
-fn run(wal: &File, rx: &mpsc::Receiver<Group>, poisoned: &AtomicBool) {
+fn run(wal: &File, rx: &mpsc::Receiver<Group>, poisoned: &AtomicBool, recent: &RecentKeys) {
     let mut pending: Vec<Group> = Vec::new();
     while let Ok(first) = rx.recv() {
         pending.push(first);
@@ -80,7 +85,7 @@ fn run(wal: &File, rx: &mpsc::Receiver<Group>, poisoned: &AtomicBool) {
         match wal.sync_data() {
             Ok(()) => {
                 for (cmd, applied) in pending.drain(..).flatten() {
-                    cmd.answer(applied);
+                    cmd.answer(applied, recent);
                 }
             }
             Err(e) => {

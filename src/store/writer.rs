@@ -25,11 +25,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior, params};
 use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::Nudge;
 use super::models::{Inserted, NewEvent};
+use super::recent::RecentKeys;
 use super::syncer::Syncer;
 
 /// Most commands in one transaction: bounds how long the first waiter of a
@@ -72,11 +73,14 @@ pub enum Applied {
 }
 
 impl WriteCmd {
-    /// Answers with the command's result. A dropped receiver means the
-    /// client went away; there is nobody to tell.
-    pub(super) fn answer(self, applied: Applied) {
+    /// Answers with the command's result, now durable, and remembers the
+    /// event's key. A dropped receiver means the client went away; there
+    /// is nobody to tell.
+    pub(super) fn answer(self, applied: Applied, recent: &RecentKeys) {
         match (self, applied) {
-            (WriteCmd::Insert { reply, .. }, Applied::Inserted(inserted)) => {
+            (WriteCmd::Insert { event, reply }, Applied::Inserted(inserted)) => {
+                let (Inserted::New(id) | Inserted::Duplicate(id)) = inserted;
+                recent.insert(&event.source, &event.delivery_id, id);
                 drop(reply.send(Ok(inserted)))
             }
             (WriteCmd::Ping { reply }, _) => drop(reply.send(Ok(()))),
@@ -96,11 +100,15 @@ impl WriteCmd {
 #[derive(Clone)]
 pub struct WriterHandle {
     tx: mpsc::Sender<WriteCmd>,
+    recent: Arc<RecentKeys>,
 }
 
 impl WriterHandle {
     /// Stores an event, answering once it is durable (or a known duplicate).
     pub async fn insert(&self, event: NewEvent) -> Result<Inserted, StoreError> {
+        if let Some(id) = self.recent.get(&event.source, &event.delivery_id) {
+            return Ok(Inserted::Duplicate(id));
+        }
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Insert { event, reply })?;
         rx.await.map_err(|_| StoreError::Closed)?
@@ -129,6 +137,7 @@ pub struct Helpers {
     /// Set by the syncer when an fsync failed: from then on nothing can be
     /// promised, so every command is refused until hookbox restarts.
     pub poisoned: Arc<AtomicBool>,
+    pub recent: Arc<RecentKeys>,
 }
 
 /// Starts the writer thread on `conn`, with room for `queue` waiting commands.
@@ -138,11 +147,12 @@ pub fn spawn(
     queue: usize,
 ) -> anyhow::Result<(WriterHandle, JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel(queue);
+    let recent = helpers.recent.clone();
     let join = std::thread::Builder::new()
         .name("store-writer".into())
         .spawn(move || Writer::new(conn, helpers).run(rx))
         .context("starting the writer thread")?;
-    Ok((WriterHandle { tx }, join))
+    Ok((WriterHandle { tx, recent }, join))
 }
 
 struct Writer {
@@ -218,9 +228,11 @@ impl Writer {
                 let group: Vec<_> = batch.drain(..).zip(results).collect();
                 match &self.helpers.syncer {
                     Some((syncer, _)) => syncer.sync_then_answer(group),
-                    None => group
-                        .into_iter()
-                        .for_each(|(cmd, applied)| cmd.answer(applied)),
+                    None => {
+                        for (cmd, applied) in group {
+                            cmd.answer(applied, &self.helpers.recent);
+                        }
+                    }
                 }
             }
             Err(e) => {
@@ -282,33 +294,29 @@ impl Writer {
 }
 
 fn insert(tx: &rusqlite::Transaction, e: &NewEvent) -> anyhow::Result<Inserted> {
-    let new_id = tx
+    // `INSERT OR IGNORE` and `changes()` rather than `RETURNING`, which
+    // makes SQLite materialise a result set for every row.
+    let changed = tx
         .prepare_cached(
-            "INSERT INTO events (source, delivery_id, event_type, order_key, received_at, origin,
-                                 content_type, headers, body, state, next_attempt_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, CASE ?10 WHEN 'pending' THEN ?5 END)
-             ON CONFLICT (source, delivery_id) DO NOTHING
-             RETURNING id",
+            "INSERT OR IGNORE INTO events (source, delivery_id, event_type, order_key, received_at,
+                                           origin, content_type, headers, body, state, next_attempt_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, CASE ?10 WHEN 'pending' THEN ?5 END)",
         )?
-        .query_row(
-            params![
-                e.source,
-                e.delivery_id,
-                e.event_type,
-                e.order_key,
-                e.received_at,
-                e.origin.as_str(),
-                e.content_type,
-                e.headers,
-                &e.body[..],
-                e.state.as_str(),
-            ],
-            |r| r.get(0),
-        )
-        .optional()
+        .execute(params![
+            e.source,
+            e.delivery_id,
+            e.event_type,
+            e.order_key,
+            e.received_at,
+            e.origin.as_str(),
+            e.content_type,
+            e.headers,
+            &e.body[..],
+            e.state.as_str(),
+        ])
         .context("inserting an event")?;
-    if let Some(id) = new_id {
-        return Ok(Inserted::New(id));
+    if changed == 1 {
+        return Ok(Inserted::New(tx.last_insert_rowid()));
     }
     let id = tx
         .prepare_cached("SELECT id FROM events WHERE source = ?1 AND delivery_id = ?2")?
