@@ -25,8 +25,8 @@ CREATE TABLE events (
     UNIQUE (source, delivery_id)
 );
 
--- What is due: only pending rows are in it, so it stays small.
-CREATE INDEX events_due ON events (next_attempt_at) WHERE state = 'pending';
+-- What is due, per source: only pending rows are in it, so it stays small.
+CREATE INDEX events_due ON events (source, next_attempt_at) WHERE state = 'pending';
 -- Per-key ordering: the oldest pending event of a key goes first.
 CREATE INDEX events_order ON events (source, order_key, id)
     WHERE state = 'pending' AND order_key IS NOT NULL;

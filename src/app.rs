@@ -4,19 +4,23 @@
 //! database, bind the ports) and returns before serving, so callers (the
 //! CLI, the tests) learn the bound addresses. [`App::run`] serves until the
 //! token is cancelled, then shuts down in order: stop accepting, let
-//! requests in flight finish, drop every writer handle, and wait for the
-//! writer to commit what is queued and checkpoint.
+//! requests in flight finish, let running deliveries finish (or release
+//! them), drop every writer handle, and wait for the writer to commit what
+//! is queued and checkpoint.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::dispatch::worker::Dispatcher;
 use crate::receive::Receiver;
 use crate::store::{self, Store, WriterHandle, WriterThread};
 use crate::{health, server};
@@ -86,25 +90,27 @@ impl App {
             admin,
         } = self;
         let header_timeout = config.server.header_timeout;
-        let public_router = public_router(&config, writer.clone());
+        let wake = Arc::new(Notify::new());
+        let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone())?;
+        let public_router = public_router(&config, writer.clone(), wake);
         let admin_router = health_routes(writer);
-        let public_task = tokio::spawn(server::serve(
-            public,
-            public_router,
-            header_timeout,
-            shutdown.clone(),
-        ));
-        let admin_task = tokio::spawn(server::serve(
-            admin,
-            admin_router,
-            header_timeout,
-            shutdown.clone(),
-        ));
-        let (p, a) = tokio::join!(public_task, admin_task);
+        let dispatch_task = dispatcher.map(|d| tokio::spawn(d.run(shutdown.clone())));
+        let serve = |listener, router| {
+            tokio::spawn(server::serve(
+                listener,
+                router,
+                header_timeout,
+                shutdown.clone(),
+            ))
+        };
+        let (p, a) = tokio::join!(serve(public, public_router), serve(admin, admin_router));
         p.context("the public listener task failed")?;
         a.context("the admin listener task failed")?;
-        // Every writer handle lived in the routers, which the listener tasks
-        // have dropped: the writer now drains its queue and stops.
+        if let Some(task) = dispatch_task {
+            task.await.context("the dispatcher task failed")?;
+        }
+        // Every writer handle lived in the routers and the dispatcher, which
+        // are gone: the writer now drains its queue and stops.
         let joined = tokio::task::spawn_blocking(move || writer_thread.join());
         match tokio::time::timeout(WRITER_STOP_TIMEOUT, joined).await {
             Ok(_) => tracing::info!("stopped"),
@@ -115,8 +121,8 @@ impl App {
 }
 
 /// The public listener: the receiver and the health checks, nothing else.
-fn public_router(config: &Config, writer: WriterHandle) -> Router {
-    let receiver = Receiver::new(config, writer.clone());
+fn public_router(config: &Config, writer: WriterHandle, dispatch: Arc<Notify>) -> Router {
+    let receiver = Receiver::new(config, writer.clone(), dispatch);
     Router::new()
         .route("/hooks/{source}", post(crate::receive::receive))
         .with_state(receiver)

@@ -3,6 +3,7 @@
 pub mod app;
 pub mod clock;
 pub mod config;
+pub mod dispatch;
 pub mod error;
 pub mod health;
 pub mod receive;

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use hookbox::app::App;
 use hookbox::config::{self, Config};
+use hookbox::store::dispatch::{self, ReplayFilter};
 use hookbox::telemetry::{self, LogFormat};
 
 #[derive(Parser)]
@@ -34,6 +35,21 @@ enum Command {
     Serve,
     /// Validate the config and print it with secrets redacted.
     Check,
+    /// Put events back to pending with their attempts reset (never a new
+    /// row). Works whether or not the server is running; a running server
+    /// picks them up within seconds.
+    #[command(group = clap::ArgGroup::new("which").required(true))]
+    Replay {
+        /// The event id (as in the 202 answer).
+        #[arg(group = "which")]
+        id: Option<i64>,
+        /// Every dead event (of --source, if given).
+        #[arg(long, group = "which")]
+        dead: bool,
+        /// Only events of this source (with --dead).
+        #[arg(long, requires = "dead")]
+        source: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -52,6 +68,17 @@ fn main() -> ExitCode {
             print!("{}", config.redacted_toml());
             ExitCode::SUCCESS
         }
+        Command::Replay {
+            id,
+            dead: _,
+            source,
+        } => match replay(&config, id, source) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("hookbox replay: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Serve => match serve(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -80,6 +107,32 @@ fn serve(config: Config) -> anyhow::Result<()> {
         hookbox::shutdown::cancel_on_signal(shutdown.clone())?;
         app.run(shutdown).await
     })
+}
+
+fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::Result<()> {
+    let conn = hookbox::store::open_for_cli(&config.server.database)?;
+    let filter = match id {
+        Some(id) => {
+            let source = dispatch::event_source(&conn, id)?
+                .ok_or_else(|| anyhow::anyhow!("no event {id}"))?;
+            anyhow::ensure!(
+                config.source(&source).is_some_and(|s| s.deliver.is_some()),
+                "event {id} belongs to source {source:?}, which has no destination in this config"
+            );
+            ReplayFilter {
+                id: Some(id),
+                ..ReplayFilter::default()
+            }
+        }
+        None => ReplayFilter {
+            source,
+            state: Some("dead".to_owned()),
+            ..ReplayFilter::default()
+        },
+    };
+    let n = dispatch::replay(&conn, &filter, hookbox::clock::now_ms())?;
+    println!("{n} event(s) put back to pending");
+    Ok(())
 }
 
 fn log_sources(config: &Config) {

@@ -11,6 +11,7 @@
 //! the four common providers, each enabled when its secret is in the
 //! environment.
 
+mod deliver;
 mod duration;
 mod secret;
 
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use deliver::{DeliverConfig, Destination, RawDeliver};
 pub use secret::Secret;
 
 /// Where the config is looked for when `--config` is not given.
@@ -112,7 +114,8 @@ impl Kind {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `Debug` is written by hand below: `secrets` may hold literals.
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSource {
     pub name: String,
@@ -133,6 +136,26 @@ pub struct RawSource {
     /// Only for `kind = "hmac"`: how the generic scheme is laid out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hmac: Option<RawHmac>,
+    /// Where events go; without it they are kept as `stored`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver: Option<RawDeliver>,
+}
+
+impl fmt::Debug for RawSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secrets: Vec<String> = self.secrets.iter().map(|s| secret::describe(s)).collect();
+        f.debug_struct("RawSource")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("enabled", &self.enabled)
+            .field("secrets", &secrets)
+            .field("tolerance", &self.tolerance)
+            .field("order_key", &self.order_key)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("hmac", &self.hmac)
+            .field("deliver", &self.deliver)
+            .finish()
+    }
 }
 
 /// The generic HMAC-SHA256 scheme, for signers no other kind covers.
@@ -214,6 +237,8 @@ pub struct SourceConfig {
     pub order_key: Vec<String>,
     pub max_body_bytes: u64,
     pub hmac: Option<HmacConfig>,
+    /// `None`: events are stored for the API, not dispatched.
+    pub deliver: Option<DeliverConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -325,6 +350,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 order_key: Vec::new(),
                 max_body_bytes: None,
                 hmac: None,
+                deliver: None,
             });
         } else {
             disabled.push((name, var.to_owned()));
@@ -446,6 +472,10 @@ fn validate_source(
         }
         (None, _) => None,
     };
+    let deliver = src
+        .deliver
+        .as_ref()
+        .and_then(|d| deliver::validate(d, &format!("{at}.deliver"), problems));
     (problems.len() == before).then(|| SourceConfig {
         name: src.name.clone(),
         kind: src.kind,
@@ -454,6 +484,7 @@ fn validate_source(
         order_key: src.order_key.clone(),
         max_body_bytes: src.max_body_bytes.unwrap_or(server.max_body_bytes),
         hmac,
+        deliver,
     })
 }
 
@@ -584,6 +615,9 @@ impl Config {
         for src in &mut raw.sources {
             for s in &mut src.secrets {
                 *s = secret::describe(s);
+            }
+            if let Some(d) = &mut src.deliver {
+                deliver::redact(d);
             }
         }
         toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))

@@ -29,6 +29,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
+use tokio::sync::Notify;
 
 use crate::clock;
 use crate::config::{Config, Kind, SourceConfig};
@@ -49,6 +50,9 @@ pub struct Source {
     order_key: Vec<String>,
     max_body_bytes: u64,
     keep_headers: Vec<String>,
+    /// Whether events go on to a destination (`pending`) or are only kept
+    /// (`stored`).
+    delivers: bool,
 }
 
 enum Verifier {
@@ -106,6 +110,7 @@ impl Source {
             order_key: cfg.order_key.clone(),
             max_body_bytes: cfg.max_body_bytes,
             keep_headers,
+            delivers: cfg.deliver.is_some(),
         }
     }
 
@@ -156,9 +161,11 @@ impl Source {
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
             headers: kept_headers(headers, &self.keep_headers),
             body,
-            // Dispatch comes with destinations; until then events are kept
-            // for reading.
-            state: EventState::Stored,
+            state: if self.delivers {
+                EventState::Pending
+            } else {
+                EventState::Stored
+            },
         };
         Ok(Examined::Event(event))
     }
@@ -191,10 +198,12 @@ pub struct Receiver {
     sources: Arc<HashMap<String, Source>>,
     writer: WriterHandle,
     body_timeout: Duration,
+    /// Wakes the dispatcher when a new event is pending.
+    dispatch: Arc<Notify>,
 }
 
 impl Receiver {
-    pub fn new(config: &Config, writer: WriterHandle) -> Self {
+    pub fn new(config: &Config, writer: WriterHandle, dispatch: Arc<Notify>) -> Self {
         let sources = config
             .sources
             .iter()
@@ -204,6 +213,7 @@ impl Receiver {
             sources: Arc::new(sources),
             writer,
             body_timeout: config.server.body_timeout,
+            dispatch,
         }
     }
 }
@@ -241,6 +251,9 @@ pub async fn receive(
     match rx.writer.insert(event).await {
         Ok(Inserted::New(id)) => {
             tracing::debug!(source = %source.name, event.id = id, "accepted");
+            if source.delivers {
+                rx.dispatch.notify_one();
+            }
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({ "status": "accepted", "id": id })),

@@ -7,6 +7,9 @@
 //! writes never meet `SQLITE_BUSY` and inserts can be committed in groups.
 
 mod checkpoint;
+pub mod command;
+pub mod dispatch;
+mod ingest;
 pub mod models;
 mod recent;
 pub mod schema;
@@ -55,6 +58,13 @@ pub fn open(
     queue: usize,
 ) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
     let conn = open_writer_connection(path)?;
+    let released = dispatch::release_all(&conn)?;
+    if released > 0 {
+        tracing::info!(
+            events = released,
+            "released deliveries left running by the previous run"
+        );
+    }
     let poisoned = Arc::new(AtomicBool::new(false));
     let recent = Arc::new(recent::RecentKeys::default());
     let helpers = writer::Helpers {
@@ -133,6 +143,25 @@ fn create_private(path: &Path) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e).with_context(|| format!("creating the database {}", path.display())),
     }
+}
+
+/// A read-write connection for a one-off CLI command (`hookbox replay`),
+/// which may run while the server does: it waits for the server's writer
+/// rather than failing with `SQLITE_BUSY`. The database must exist and be
+/// at this hookbox's schema version (only `serve` migrates).
+pub fn open_for_cli(path: &Path) -> anyhow::Result<Connection> {
+    anyhow::ensure!(path.exists(), "no database at {}", path.display());
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .with_context(|| format!("opening the database {}", path.display()))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    anyhow::ensure!(
+        version == schema::SCHEMA_VERSION,
+        "the database is at schema version {version}, this hookbox expects {}; run `hookbox serve` once to migrate",
+        schema::SCHEMA_VERSION
+    );
+    Ok(conn)
 }
 
 impl Store {

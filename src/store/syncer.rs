@@ -25,8 +25,9 @@ use std::thread::JoinHandle;
 
 use anyhow::Context;
 
+use super::command::{Applied, WriteCmd};
 use super::recent::RecentKeys;
-use super::writer::{Applied, StoreError, WriteCmd};
+use super::writer::StoreError;
 
 type Group = Vec<(WriteCmd, Applied)>;
 

@@ -25,10 +25,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::Nudge;
+use super::command::{Claims, WriteCmd};
+use super::dispatch::{AttemptRecord, ReplayFilter};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
 use super::syncer::Syncer;
@@ -54,48 +56,6 @@ pub enum StoreError {
     Closed,
 }
 
-/// Everything the writer does, in one place.
-pub enum WriteCmd {
-    Insert {
-        event: NewEvent,
-        reply: oneshot::Sender<Result<Inserted, StoreError>>,
-    },
-    /// Proves the thread is alive and the database takes a commit.
-    Ping {
-        reply: oneshot::Sender<Result<(), StoreError>>,
-    },
-}
-
-/// What one command did inside the transaction, before it was durable.
-pub enum Applied {
-    Inserted(Inserted),
-    Done,
-}
-
-impl WriteCmd {
-    /// Answers with the command's result, now durable, and remembers the
-    /// event's key. A dropped receiver means the client went away; there
-    /// is nobody to tell.
-    pub(super) fn answer(self, applied: Applied, recent: &RecentKeys) {
-        match (self, applied) {
-            (WriteCmd::Insert { event, reply }, Applied::Inserted(inserted)) => {
-                let (Inserted::New(id) | Inserted::Duplicate(id)) = inserted;
-                recent.insert(&event.source, &event.delivery_id, id);
-                drop(reply.send(Ok(inserted)))
-            }
-            (WriteCmd::Ping { reply }, _) => drop(reply.send(Ok(()))),
-            (cmd, Applied::Done) => cmd.fail(StoreError::Unavailable("internal: no row id".into())),
-        }
-    }
-
-    pub(super) fn fail(self, err: StoreError) {
-        match self {
-            WriteCmd::Insert { reply, .. } => drop(reply.send(Err(err))),
-            WriteCmd::Ping { reply } => drop(reply.send(Err(err))),
-        }
-    }
-}
-
 /// The sending side: cheap to clone, one per part that writes.
 #[derive(Clone)]
 pub struct WriterHandle {
@@ -118,6 +78,42 @@ impl WriterHandle {
     pub async fn ping(&self) -> Result<(), StoreError> {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Ping { reply })?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Leases up to the given number of due events of each source.
+    pub async fn claim(
+        &self,
+        sources: Vec<(String, usize)>,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<Claims, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(WriteCmd::Claim {
+            sources,
+            now,
+            lease_until,
+            reply,
+        })?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues an attempt's outcome; it commits with the next group.
+    pub fn record(&self, record: AttemptRecord, now: i64) -> Result<(), StoreError> {
+        self.send(WriteCmd::Record { record, now })
+    }
+
+    /// Gives back leases that will not be used, durably.
+    pub async fn release(&self, ids: Vec<i64>, now: i64) -> Result<(), StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(WriteCmd::Release { ids, now, reply })?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Puts matching dead or delivered events back to pending, durably.
+    pub async fn replay(&self, filter: ReplayFilter, now: i64) -> Result<usize, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(WriteCmd::Replay { filter, now, reply })?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -225,12 +221,24 @@ impl Writer {
             Ok(results) => {
                 self.recovered();
                 self.helpers.checkpointer.0.nudge();
-                let group: Vec<_> = batch.drain(..).zip(results).collect();
+                let recent = &self.helpers.recent;
                 match &self.helpers.syncer {
-                    Some((syncer, _)) => syncer.sync_then_answer(group),
+                    Some((syncer, _)) => {
+                        let mut durable = Vec::new();
+                        for (cmd, applied) in batch.drain(..).zip(results) {
+                            if cmd.answers_before_sync() {
+                                cmd.answer(applied, recent);
+                            } else {
+                                durable.push((cmd, applied));
+                            }
+                        }
+                        if !durable.is_empty() {
+                            syncer.sync_then_answer(durable);
+                        }
+                    }
                     None => {
-                        for (cmd, applied) in group {
-                            cmd.answer(applied, &self.helpers.recent);
+                        for (cmd, applied) in batch.drain(..).zip(results) {
+                            cmd.answer(applied, recent);
                         }
                     }
                 }
@@ -245,17 +253,14 @@ impl Writer {
         }
     }
 
-    fn apply(&mut self, batch: &[WriteCmd]) -> anyhow::Result<Vec<Applied>> {
+    fn apply(&mut self, batch: &[WriteCmd]) -> anyhow::Result<Vec<super::command::Applied>> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .context("beginning a transaction")?;
         let results = batch
             .iter()
-            .map(|cmd| match cmd {
-                WriteCmd::Insert { event, .. } => insert(&tx, event).map(Applied::Inserted),
-                WriteCmd::Ping { .. } => heartbeat(&tx).map(|()| Applied::Done),
-            })
+            .map(|cmd| cmd.apply(&tx))
             .collect::<anyhow::Result<Vec<_>>>()?;
         tx.commit().context("committing")?;
         Ok(results)
@@ -291,46 +296,4 @@ impl Writer {
             );
         }
     }
-}
-
-fn insert(tx: &rusqlite::Transaction, e: &NewEvent) -> anyhow::Result<Inserted> {
-    // `INSERT OR IGNORE` and `changes()` rather than `RETURNING`, which
-    // makes SQLite materialise a result set for every row.
-    let changed = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO events (source, delivery_id, event_type, order_key, received_at,
-                                           origin, content_type, headers, body, state, next_attempt_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, CASE ?10 WHEN 'pending' THEN ?5 END)",
-        )?
-        .execute(params![
-            e.source,
-            e.delivery_id,
-            e.event_type,
-            e.order_key,
-            e.received_at,
-            e.origin.as_str(),
-            e.content_type,
-            e.headers,
-            &e.body[..],
-            e.state.as_str(),
-        ])
-        .context("inserting an event")?;
-    if changed == 1 {
-        return Ok(Inserted::New(tx.last_insert_rowid()));
-    }
-    let id = tx
-        .prepare_cached("SELECT id FROM events WHERE source = ?1 AND delivery_id = ?2")?
-        .query_row(params![e.source, e.delivery_id], |r| r.get(0))
-        .context("finding the stored duplicate")?;
-    Ok(Inserted::Duplicate(id))
-}
-
-fn heartbeat(tx: &rusqlite::Transaction) -> anyhow::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO meta (key, value) VALUES ('heartbeat', ?1)
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-    )?
-    .execute([crate::clock::now_ms().to_string()])
-    .context("writing the heartbeat")?;
-    Ok(())
 }

@@ -1,0 +1,162 @@
+//! Everything the writer does, in one place: each [`WriteCmd`], how it is
+//! applied inside the group's transaction, and how it is answered.
+//!
+//! Most answers wait until the group is durable (the syncer sends them).
+//! Claims do not: a claim only sets a lease, and losing a lease to a power
+//! cut means the event is delivered again, which at-least-once dispatch
+//! allows; answering claims at once keeps dispatch off the fsync's path.
+
+use rusqlite::Transaction;
+use tokio::sync::oneshot;
+
+use super::dispatch::{self, AttemptRecord, Claimed, ReplayFilter};
+use super::ingest;
+use super::models::{Inserted, NewEvent};
+use super::recent::RecentKeys;
+use super::writer::StoreError;
+
+/// Due events handed to the dispatcher, and when to look again.
+#[derive(Debug, Default)]
+pub struct Claims {
+    pub jobs: Vec<Claimed>,
+    /// The earliest time (unix ms) an unleased pending event of the asked
+    /// sources becomes claimable, if any.
+    pub next_due: Option<i64>,
+}
+
+pub enum WriteCmd {
+    Insert {
+        event: NewEvent,
+        reply: oneshot::Sender<Result<Inserted, StoreError>>,
+    },
+    /// Proves the thread is alive and the database takes a commit.
+    Ping {
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// Leases up to `limit` due events of each source.
+    Claim {
+        sources: Vec<(String, usize)>,
+        now: i64,
+        lease_until: i64,
+        reply: oneshot::Sender<Result<Claims, StoreError>>,
+    },
+    /// An attempt's outcome. Nobody waits for it: until it commits the
+    /// event stays leased, so it cannot be claimed twice.
+    Record { record: AttemptRecord, now: i64 },
+    /// Gives back leases at shutdown.
+    Release {
+        ids: Vec<i64>,
+        now: i64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    Replay {
+        filter: ReplayFilter,
+        now: i64,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+}
+
+/// What one command did inside the transaction, before it was durable.
+pub enum Applied {
+    Inserted(Inserted),
+    Claimed(Claims),
+    Replayed(usize),
+    Done,
+}
+
+impl WriteCmd {
+    /// Applies the command inside the group's transaction.
+    pub(super) fn apply(&self, tx: &Transaction) -> anyhow::Result<Applied> {
+        Ok(match self {
+            WriteCmd::Insert { event, .. } => Applied::Inserted(ingest::insert(tx, event)?),
+            WriteCmd::Ping { .. } => {
+                ingest::heartbeat(tx)?;
+                Applied::Done
+            }
+            WriteCmd::Claim {
+                sources,
+                now,
+                lease_until,
+                ..
+            } => {
+                let mut claims = Claims::default();
+                for (source, limit) in sources {
+                    if *limit > 0 {
+                        claims.jobs.extend(dispatch::claim(
+                            tx,
+                            source,
+                            *limit,
+                            *now,
+                            *lease_until,
+                        )?);
+                    }
+                    let due = dispatch::next_due(tx, source, *now)?;
+                    claims.next_due = match (claims.next_due, due) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                Applied::Claimed(claims)
+            }
+            WriteCmd::Record { record, now } => {
+                dispatch::record(tx, record, *now)?;
+                Applied::Done
+            }
+            WriteCmd::Release { ids, now, .. } => {
+                dispatch::release(tx, ids, *now)?;
+                Applied::Done
+            }
+            WriteCmd::Replay { filter, now, .. } => {
+                Applied::Replayed(dispatch::replay(tx, filter, *now)?)
+            }
+        })
+    }
+
+    /// True for commands answered as soon as their group commits.
+    pub(super) fn answers_before_sync(&self) -> bool {
+        matches!(self, WriteCmd::Claim { .. } | WriteCmd::Record { .. })
+    }
+
+    /// Answers with the command's result and remembers a stored event's
+    /// key. A dropped receiver means the asker went away; there is nobody
+    /// to tell.
+    pub(super) fn answer(self, applied: Applied, recent: &RecentKeys) {
+        match (self, applied) {
+            (WriteCmd::Insert { event, reply }, Applied::Inserted(inserted)) => {
+                let (Inserted::New(id) | Inserted::Duplicate(id)) = inserted;
+                recent.insert(&event.source, &event.delivery_id, id);
+                drop(reply.send(Ok(inserted)))
+            }
+            (WriteCmd::Claim { reply, .. }, Applied::Claimed(claims)) => {
+                drop(reply.send(Ok(claims)))
+            }
+            (WriteCmd::Replay { reply, .. }, Applied::Replayed(n)) => drop(reply.send(Ok(n))),
+            (WriteCmd::Ping { reply }, _) | (WriteCmd::Release { reply, .. }, _) => {
+                drop(reply.send(Ok(())))
+            }
+            (WriteCmd::Record { .. }, _) => {}
+            (cmd, _) => cmd.fail(StoreError::Unavailable(
+                "internal: mismatched result".into(),
+            )),
+        }
+    }
+
+    pub(super) fn fail(self, err: StoreError) {
+        match self {
+            WriteCmd::Insert { reply, .. } => drop(reply.send(Err(err))),
+            WriteCmd::Ping { reply } | WriteCmd::Release { reply, .. } => {
+                drop(reply.send(Err(err)))
+            }
+            WriteCmd::Claim { reply, .. } => drop(reply.send(Err(err))),
+            WriteCmd::Replay { reply, .. } => drop(reply.send(Err(err))),
+            WriteCmd::Record { record, .. } => {
+                // The event stays leased; when the lease runs out it is
+                // delivered again.
+                tracing::warn!(
+                    event.id = record.event_id,
+                    "an attempt's outcome was not recorded"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The SQL of dispatch: claiming due events under a lease, recording what
+//! an attempt did, releasing leases, and replay.
+//!
+//! Claims and outcomes run inside the writer's transactions (see
+//! [`super::writer`]); replay also runs from the CLI on its own connection,
+//! which is why these are plain functions over a `Connection`.
+//!
+//! Ordering lives in the claim query: an event with an `order_key` is
+//! claimable only when no older *pending* event of its source shares the
+//! key. A retrying event is still pending, so it holds its key's later
+//! events back; a dead or delivered one is not, so it does not.
+
+use anyhow::Context;
+use rusqlite::{Connection, params};
+
+/// A claimed event, with what a destination needs to deliver it.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: i64,
+    pub source: String,
+    pub delivery_id: String,
+    pub event_type: Option<String>,
+    pub content_type: Option<String>,
+    pub headers: String,
+    pub body: Vec<u8>,
+    /// This attempt's number, 1-based.
+    pub attempt: u32,
+}
+
+const CLAIMABLE: &str = "
+    FROM events AS e
+    WHERE e.state = 'pending' AND e.source = ?1 AND e.next_attempt_at <= ?2
+      AND (e.lease_until IS NULL OR e.lease_until <= ?2)
+      AND (e.order_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM events AS p
+            WHERE p.state = 'pending' AND p.source = e.source
+              AND p.order_key = e.order_key AND p.id < e.id))";
+
+/// Claims up to `limit` due events of `source`, oldest due first, leasing
+/// them until `lease_until` and counting the attempt.
+pub fn claim(
+    conn: &Connection,
+    source: &str,
+    limit: usize,
+    now: i64,
+    lease_until: i64,
+) -> anyhow::Result<Vec<Claimed>> {
+    let mut select = conn.prepare_cached(&format!(
+        "SELECT e.id, e.delivery_id, e.event_type, e.content_type, e.headers, e.body, e.attempts
+         {CLAIMABLE} ORDER BY e.next_attempt_at, e.id LIMIT ?3"
+    ))?;
+    let claimed = select
+        .query_map(params![source, now, limit as i64], |r| {
+            Ok(Claimed {
+                id: r.get(0)?,
+                source: source.to_owned(),
+                delivery_id: r.get(1)?,
+                event_type: r.get(2)?,
+                content_type: r.get(3)?,
+                headers: r.get(4)?,
+                body: r.get::<_, Option<Vec<u8>>>(5)?.unwrap_or_default(),
+                attempt: r.get::<_, u32>(6)? + 1,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .context("finding due events")?;
+    let mut lease = conn.prepare_cached(
+        "UPDATE events SET attempts = attempts + 1, lease_until = ?2 WHERE id = ?1",
+    )?;
+    for c in &claimed {
+        lease
+            .execute(params![c.id, lease_until])
+            .context("leasing an event")?;
+    }
+    Ok(claimed)
+}
+
+/// When the next event of `source` becomes claimable, if any is pending.
+pub fn next_due(conn: &Connection, source: &str, now: i64) -> anyhow::Result<Option<i64>> {
+    // Leased events are in flight: their outcome will wake the dispatcher.
+    let sql = "SELECT e.next_attempt_at
+         FROM events AS e
+         WHERE e.state = 'pending' AND e.source = ?1
+           AND (e.lease_until IS NULL OR e.lease_until <= ?2)
+           AND (e.order_key IS NULL OR NOT EXISTS (
+                 SELECT 1 FROM events AS p
+                 WHERE p.state = 'pending' AND p.source = e.source
+                   AND p.order_key = e.order_key AND p.id < e.id))
+         ORDER BY e.next_attempt_at LIMIT 1";
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query(params![source, now])?;
+    Ok(match rows.next()? {
+        Some(row) => row.get(0)?,
+        None => None,
+    })
+}
+
+/// How an attempt left its event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Delivered,
+    /// Due again at this time (unix ms).
+    Retry(i64),
+    Dead,
+}
+
+/// One attempt's result, as the `attempts` table keeps it.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub event_id: i64,
+    pub attempt: u32,
+    pub started_at: i64,
+    pub duration_ms: i64,
+    pub settled: Settled,
+    pub status: Option<u16>,
+    pub error: Option<String>,
+}
+
+/// Records an attempt and moves its event on; the lease is cleared.
+pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<()> {
+    let outcome = match r.settled {
+        Settled::Delivered => "delivered",
+        Settled::Retry(_) => "retry",
+        Settled::Dead => "dead",
+    };
+    conn.prepare_cached(
+        "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome, status_code, error)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![r.event_id, r.attempt, r.started_at, r.duration_ms, outcome, r.status, r.error])
+    .context("recording an attempt")?;
+    let (state, next, delivered_at) = match r.settled {
+        Settled::Delivered => ("delivered", None, Some(now)),
+        Settled::Retry(at) => ("pending", Some(at), None),
+        Settled::Dead => ("dead", None, None),
+    };
+    // A replay may have reset the event while this attempt ran; its own
+    // fresh attempts then own the row.
+    conn.prepare_cached(
+        "UPDATE events SET state = ?2, next_attempt_at = ?3, delivered_at = ?4,
+                           last_error = ?5, lease_until = NULL
+         WHERE id = ?1 AND attempts = ?6 AND state = 'pending'",
+    )?
+    .execute(params![
+        r.event_id,
+        state,
+        next,
+        delivered_at,
+        r.error,
+        r.attempt
+    ])
+    .context("settling an event")?;
+    Ok(())
+}
+
+/// Gives back leases that will not be used (shutdown), undoing the attempt
+/// count so the interrupted attempt does not count against `max_attempts`.
+pub fn release(conn: &Connection, ids: &[i64], now: i64) -> anyhow::Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE events SET lease_until = NULL, attempts = max(attempts - 1, 0), next_attempt_at = ?2
+         WHERE id = ?1 AND state = 'pending' AND lease_until IS NOT NULL",
+    )?;
+    for id in ids {
+        stmt.execute(params![id, now])
+            .context("releasing a lease")?;
+    }
+    Ok(())
+}
+
+/// Clears every lease. Only one hookbox runs on a database, so at start-up
+/// any lease left is from a process that died mid-dispatch: its events are
+/// due again at once, rather than when their leases would have run out.
+pub fn release_all(conn: &Connection) -> anyhow::Result<usize> {
+    conn.execute(
+        "UPDATE events SET lease_until = NULL WHERE state = 'pending' AND lease_until IS NOT NULL",
+        [],
+    )
+    .context("clearing leases left by the previous run")
+}
+
+/// The source an event belongs to, if the event exists.
+pub fn event_source(conn: &Connection, id: i64) -> anyhow::Result<Option<String>> {
+    let mut stmt = conn.prepare_cached("SELECT source FROM events WHERE id = ?1")?;
+    let mut rows = stmt.query([id])?;
+    Ok(match rows.next()? {
+        Some(row) => Some(row.get(0)?),
+        None => None,
+    })
+}
+
+/// What replay should pick up.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayFilter {
+    pub id: Option<i64>,
+    pub source: Option<String>,
+    /// `dead` or `delivered`; `None` means both.
+    pub state: Option<String>,
+}
+
+/// Puts matching events back to `pending`, attempts reset, due now. Only
+/// `dead` and `delivered` events move: a pending one is already queued and
+/// a `stored` one has no destination. Never creates a row. Returns how many
+/// events were reset.
+pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE events SET state = 'pending', attempts = 0, next_attempt_at = ?4,
+                           lease_until = NULL, last_error = NULL, delivered_at = NULL
+         WHERE state IN ('dead', 'delivered')
+           AND (?1 IS NULL OR id = ?1)
+           AND (?2 IS NULL OR source = ?2)
+           AND (?3 IS NULL OR state = ?3)",
+    )?
+    .execute(params![filter.id, filter.source, filter.state, now])
+    .context("replaying events")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::schema::apply(&mut conn).unwrap();
+        conn
+    }
+
+    fn add(conn: &Connection, delivery: &str, key: Option<&str>, due: i64) -> i64 {
+        conn.execute(
+            "INSERT INTO events (source, delivery_id, order_key, received_at, body, state, next_attempt_at)
+             VALUES ('s', ?1, ?2, ?3, x'7b7d', 'pending', ?3)",
+            params![delivery, key, due],
+        )
+        .unwrap();
+        conn.last_insert_rowid()
+    }
+
+    fn ids(claimed: &[Claimed]) -> Vec<i64> {
+        claimed.iter().map(|c| c.id).collect()
+    }
+
+    #[test]
+    fn events_sharing_a_key_go_one_at_a_time_in_arrival_order() {
+        let conn = db();
+        let a1 = add(&conn, "a1", Some("A"), 10);
+        let a2 = add(&conn, "a2", Some("A"), 10);
+        let b1 = add(&conn, "b1", Some("B"), 10);
+        let free = add(&conn, "n", None, 10);
+        assert_eq!(
+            ids(&claim(&conn, "s", 10, 100, 1000).unwrap()),
+            vec![a1, b1, free]
+        );
+        // a1 is leased: a2 waits, and nothing else is due.
+        assert!(claim(&conn, "s", 10, 100, 1000).unwrap().is_empty());
+        // a1 fails and waits for its retry: a2 is still held back.
+        let retry = AttemptRecord {
+            event_id: a1,
+            attempt: 1,
+            started_at: 100,
+            duration_ms: 1,
+            settled: Settled::Retry(500),
+            status: Some(503),
+            error: None,
+        };
+        record(&conn, &retry, 100).unwrap();
+        assert!(claim(&conn, "s", 10, 200, 1000).unwrap().is_empty());
+        assert_eq!(next_due(&conn, "s", 200).unwrap(), Some(500));
+        // a1 dies: it no longer holds a2 back.
+        let dead = AttemptRecord {
+            attempt: 2,
+            settled: Settled::Dead,
+            ..retry
+        };
+        assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a1]);
+        record(&conn, &dead, 500).unwrap();
+        assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a2]);
+    }
+
+    #[test]
+    fn an_expired_lease_makes_the_event_due_again_and_replay_resets_it() {
+        let conn = db();
+        let id = add(&conn, "x", None, 10);
+        assert_eq!(claim(&conn, "s", 1, 10, 50).unwrap()[0].attempt, 1);
+        assert!(claim(&conn, "s", 1, 49, 100).unwrap().is_empty());
+        assert_eq!(claim(&conn, "s", 1, 50, 100).unwrap()[0].attempt, 2);
+        let dead = AttemptRecord {
+            event_id: id,
+            attempt: 2,
+            started_at: 50,
+            duration_ms: 1,
+            settled: Settled::Dead,
+            status: Some(410),
+            error: Some("gone".into()),
+        };
+        record(&conn, &dead, 60).unwrap();
+        let filter = ReplayFilter {
+            state: Some("dead".into()),
+            ..ReplayFilter::default()
+        };
+        assert_eq!(replay(&conn, &filter, 70).unwrap(), 1);
+        let again = claim(&conn, "s", 1, 70, 100).unwrap();
+        assert_eq!((again[0].id, again[0].attempt), (id, 1));
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+    }
+
+    #[test]
+    fn the_claim_query_uses_the_indexes() {
+        let conn = db();
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN SELECT e.id {CLAIMABLE} ORDER BY e.next_attempt_at LIMIT 4"
+            ))
+            .unwrap()
+            .query_map(params!["s", 0], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("\n");
+        assert!(plan.contains("USING INDEX events_due"), "{plan}");
+        assert!(
+            plan.contains("USING COVERING INDEX events_order")
+                || plan.contains("USING INDEX events_order"),
+            "{plan}"
+        );
+        assert!(!plan.contains("USE TEMP B-TREE"), "{plan}");
+    }
+}

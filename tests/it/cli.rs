@@ -1,0 +1,97 @@
+//! The `hookbox` binary's verbs that do not serve: `check` and `replay`.
+
+use std::process::Command;
+
+fn hookbox() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
+    // Nothing from the test environment may enable a default source.
+    for var in [
+        "GITHUB_WEBHOOK_SECRET",
+        "STRIPE_WEBHOOK_SECRET",
+        "SHOPIFY_WEBHOOK_SECRET",
+        "STANDARD_WEBHOOK_SECRET",
+        "HOOKBOX_CONFIG",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+#[test]
+fn check_prints_the_effective_config_with_secrets_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookbox.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["a-literal-secret-value", "env:HOOKBOX_TEST_CLI_SECRET"]
+"#,
+    )
+    .unwrap();
+    let out = hookbox()
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("HOOKBOX_TEST_CLI_SECRET", "the-env-secret-value")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("listen = \"0.0.0.0:8080\""), "{stdout}");
+    assert!(stdout.contains("env:HOOKBOX_TEST_CLI_SECRET"), "{stdout}");
+    assert!(stdout.contains("[redacted]"), "{stdout}");
+    for secret in ["a-literal-secret-value", "the-env-secret-value"] {
+        assert!(!stdout.contains(secret) && !stderr.contains(secret), "{secret} leaked");
+    }
+}
+
+#[test]
+fn check_reports_every_problem_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookbox.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["env:HOOKBOX_TEST_CLI_UNSET"]
+
+[[sources]]
+name = "stripe"
+kind = "stripe"
+secrets = []
+"#,
+    )
+    .unwrap();
+    let out = hookbox().args(["check", "--config"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sources[0] (\"github\").secrets[0] (env:HOOKBOX_TEST_CLI_UNSET)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("sources[1] (\"stripe\").secrets"), "{stderr}");
+}
+
+#[test]
+fn the_embedded_default_enables_a_source_when_its_secret_is_set() {
+    let out = hookbox()
+        .arg("check")
+        .env("GITHUB_WEBHOOK_SECRET", "from-env")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if std::path::Path::new(hookbox::config::SYSTEM_CONFIG).exists() {
+        eprintln!("skipping: {} exists on this machine", hookbox::config::SYSTEM_CONFIG);
+        return;
+    }
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("embedded default"), "{stdout}");
+    assert!(stdout.contains("name = \"github\""), "{stdout}");
+    assert!(!stdout.contains("name = \"stripe\""), "{stdout}");
+    assert!(!stdout.contains("from-env"), "{stdout}");
+}
