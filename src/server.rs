@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// How long in-flight requests get to finish after shutdown begins.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `router` on `listener` until `shutdown` fires, then waits for the
 /// requests in flight (up to [`DRAIN_TIMEOUT`]).

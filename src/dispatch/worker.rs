@@ -14,7 +14,8 @@
 //! command's process group is killed) and their leases released, so the
 //! next start picks them up at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +27,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Deliverer, Job, Outcome, backoff};
 use crate::clock;
 use crate::config::{Config, DeliverConfig};
-use crate::store::WriterHandle;
+use crate::store::command::Claims;
 use crate::store::dispatch::{AttemptRecord, Claimed, Settled};
+use crate::store::{StoreError, WriterHandle};
 
 /// With nothing pending, look again this often anyway.
 pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
@@ -35,15 +37,30 @@ pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
 /// How long running attempts may finish after shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// A lease outlives the attempt's own timeout by this much, so only a
-/// process that died lets a lease run out.
+/// A lease outlives the attempt's own timeout by this much.
 const LEASE_MARGIN: Duration = Duration::from_secs(60);
 
-/// One source's destination and how busy it is.
+/// Each claim fetches up to this many times a source's concurrency, so
+/// that under heavy ingest, when every trip through the writer queue waits
+/// behind a group of inserts, one trip still feeds many attempts.
+const PREFETCH: usize = 16;
+
+type ClaimFuture = dyn Future<Output = Result<Claims, StoreError>> + Send;
+
+/// One source's destination, its claimed-but-not-started events, and how
+/// busy it is.
 struct Lane {
     config: DeliverConfig,
     deliverer: Arc<Deliverer>,
+    queued: VecDeque<Claimed>,
     in_flight: usize,
+}
+
+impl Lane {
+    /// How many more events a claim may fetch for this lane.
+    fn room(&self) -> usize {
+        (self.config.concurrency * PREFETCH).saturating_sub(self.in_flight + self.queued.len())
+    }
 }
 
 pub struct Dispatcher {
@@ -70,57 +87,65 @@ impl Dispatcher {
                 let lane = Lane {
                     deliverer: Arc::new(Deliverer::new(&cfg, &client)),
                     config: cfg,
+                    queued: VecDeque::new(),
                     in_flight: 0,
                 };
                 (name, lane)
             })
             .collect();
-        let longest = lanes.values().map(|l| l.config.timeout).max();
-        Ok(longest.map(|timeout| Dispatcher {
+        // A claimed event may wait for a whole prefetch's worth of attempts
+        // before its own starts; its lease covers that. Leases only matter
+        // within one run: the next start clears them.
+        let longest = lanes
+            .values()
+            .map(|l| l.config.timeout * (PREFETCH as u32 + 1))
+            .max();
+        Ok(longest.map(|wait| Dispatcher {
             writer,
             lanes,
             wake,
-            lease: timeout + LEASE_MARGIN,
+            lease: wait + LEASE_MARGIN,
         }))
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut running: HashMap<tokio::task::Id, (String, i64)> = HashMap::new();
+        // At most one claim is on its way through the writer at a time; the
+        // loop keeps starting queued events while it is.
+        let mut claim: Option<Pin<Box<ClaimFuture>>> = None;
         // Look at once: events may be due from before a restart.
         let mut next_due = Some(0);
         loop {
+            self.start_queued(&mut tasks, &mut running);
             let now = clock::now_ms();
-            let free: Vec<(String, usize)> = self
-                .lanes
-                .iter()
-                .filter(|(_, l)| l.in_flight < l.config.concurrency)
-                .map(|(name, l)| (name.clone(), l.config.concurrency - l.in_flight))
-                .collect();
-            if !free.is_empty() && next_due.is_some_and(|due| due <= now) {
+            let wanted = self.wanted();
+            let can_claim = claim.is_none() && !wanted.is_empty();
+            if can_claim && next_due.is_some_and(|due| due <= now) {
+                let writer = self.writer.clone();
                 let lease_until = now + self.lease.as_millis() as i64;
-                match self.writer.claim(free, now, lease_until).await {
-                    Ok(claims) => {
-                        next_due = claims.next_due;
-                        for claimed in claims.jobs {
-                            let (source, id) = (claimed.source.clone(), claimed.id);
-                            let handle = tasks.spawn(self.attempt(claimed));
-                            running.insert(handle.id(), (source, id));
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot claim due events; trying again in 1 s");
-                        next_due = Some(now + 1000);
-                    }
-                }
-                continue;
+                claim = Some(Box::pin(async move {
+                    writer.claim(wanted, now, lease_until).await
+                }));
+                next_due = None;
             }
+            // Nothing to claim for (queues full, or a claim on its way):
+            // a finished attempt or the claim's answer wakes the loop.
             let sleep = match next_due {
-                Some(due) if !free.is_empty() => Duration::from_millis((due - now).max(0) as u64),
+                // Never longer than the backstop: events put back to pending
+                // from outside (hookbox replay) must not wait behind a
+                // retry that is due hours from now.
+                Some(due) if can_claim => {
+                    Duration::from_millis((due - now).max(0) as u64).min(IDLE_RECHECK)
+                }
                 _ => IDLE_RECHECK,
             };
             tokio::select! {
                 () = shutdown.cancelled() => break,
+                claimed = async { claim.as_mut().expect("guarded by the condition").await }, if claim.is_some() => {
+                    claim = None;
+                    next_due = self.take(claimed, now);
+                }
                 () = self.wake.notified() => next_due = Some(0),
                 Some(done) = tasks.join_next_with_id() => {
                     let id = match &done {
@@ -137,7 +162,64 @@ impl Dispatcher {
                 () = tokio::time::sleep(sleep) => next_due = Some(0),
             }
         }
+        // A claim still on its way: its events stay leased until the next
+        // start clears them.
+        drop(claim);
         self.drain(tasks, running).await;
+    }
+
+    /// The lanes that should claim now, with how many events each may take:
+    /// those whose queue is down to half its room, so that a claim, which
+    /// waits its turn behind groups of inserts, fetches many at once.
+    fn wanted(&self) -> Vec<(String, usize)> {
+        self.lanes
+            .iter()
+            .filter(|(_, l)| l.queued.len() <= l.config.concurrency * PREFETCH / 2 && l.room() > 0)
+            .map(|(name, l)| (name.clone(), l.room()))
+            .collect()
+    }
+
+    /// Queues what a claim returned; returns when to claim next.
+    fn take(&mut self, claimed: Result<Claims, StoreError>, now: i64) -> Option<i64> {
+        match claimed {
+            Ok(claims) => {
+                for job in claims.jobs {
+                    if let Some(lane) = self.lanes.get_mut(&job.source) {
+                        lane.queued.push_back(job);
+                    }
+                }
+                claims.next_due
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot claim due events; trying again in 1 s");
+                Some(now + 1000)
+            }
+        }
+    }
+
+    /// Starts queued events while their lanes have free slots.
+    fn start_queued(
+        &mut self,
+        tasks: &mut JoinSet<()>,
+        running: &mut HashMap<tokio::task::Id, (String, i64)>,
+    ) {
+        let names: Vec<String> = self.lanes.keys().cloned().collect();
+        for name in names {
+            while let Some(claimed) = self.startable(&name) {
+                let id = claimed.id;
+                let handle = tasks.spawn(self.attempt(claimed));
+                running.insert(handle.id(), (name.clone(), id));
+            }
+        }
+    }
+
+    /// The next queued event of `lane` if it has a free slot.
+    fn startable(&mut self, lane: &str) -> Option<Claimed> {
+        let lane = self.lanes.get_mut(lane)?;
+        if lane.in_flight >= lane.config.concurrency {
+            return None;
+        }
+        lane.queued.pop_front()
     }
 
     /// Builds the task for one claimed event, counting it in its lane.
@@ -180,7 +262,7 @@ impl Dispatcher {
                 status: attempt.status,
                 error: attempt.error,
             };
-            if let Err(e) = writer.record(record, now) {
+            if let Err(e) = writer.record(record, now).await {
                 tracing::warn!(event.id = job.event_id, error = %e,
                     "cannot record the attempt; the event will be delivered again when its lease runs out");
             }
@@ -188,16 +270,20 @@ impl Dispatcher {
     }
 
     /// Lets running attempts finish within the grace period, then abandons
-    /// the rest and releases their leases.
+    /// the rest and releases their leases, with those of queued events.
     async fn drain(
-        self,
+        mut self,
         mut tasks: JoinSet<()>,
         mut running: HashMap<tokio::task::Id, (String, i64)>,
     ) {
-        if tasks.is_empty() {
-            return;
+        let queued: Vec<i64> = self
+            .lanes
+            .values_mut()
+            .flat_map(|l| l.queued.drain(..).map(|c| c.id))
+            .collect();
+        if !tasks.is_empty() {
+            tracing::info!(running = tasks.len(), "waiting for running deliveries");
         }
-        tracing::info!(running = tasks.len(), "waiting for running deliveries");
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
         while let Ok(Some(done)) =
             tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await
@@ -207,16 +293,22 @@ impl Dispatcher {
             }
         }
         tasks.shutdown().await;
-        let abandoned: Vec<i64> = running.into_values().map(|(_, id)| id).collect();
-        if abandoned.is_empty() {
+        if !running.is_empty() {
+            tracing::warn!(
+                count = running.len(),
+                "abandoned running deliveries at shutdown"
+            );
+        }
+        let release: Vec<i64> = running
+            .into_values()
+            .map(|(_, id)| id)
+            .chain(queued)
+            .collect();
+        if release.is_empty() {
             return;
         }
-        tracing::warn!(
-            count = abandoned.len(),
-            "abandoned deliveries at shutdown; released for the next start"
-        );
-        if let Err(e) = self.writer.release(abandoned, clock::now_ms()).await {
-            tracing::warn!(error = %e, "cannot release leases; they run out by themselves");
+        if let Err(e) = self.writer.release(release, clock::now_ms()).await {
+            tracing::warn!(error = %e, "cannot release leases; the next start clears them");
         }
     }
 }

@@ -98,9 +98,14 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Queues an attempt's outcome; it commits with the next group.
-    pub fn record(&self, record: AttemptRecord, now: i64) -> Result<(), StoreError> {
-        self.send(WriteCmd::Record { record, now })
+    /// Queues an attempt's outcome; it commits with the next group. Waits
+    /// for room rather than dropping it when ingest has filled the queue:
+    /// a dropped outcome would mean a second delivery.
+    pub async fn record(&self, record: AttemptRecord, now: i64) -> Result<(), StoreError> {
+        self.tx
+            .send(WriteCmd::Record { record, now })
+            .await
+            .map_err(|_| StoreError::Closed)
     }
 
     /// Gives back leases that will not be used, durably.
