@@ -44,7 +44,10 @@ secrets = ["a-literal-secret-value", "env:HOOKBOX_TEST_CLI_SECRET"]
     assert!(stdout.contains("env:HOOKBOX_TEST_CLI_SECRET"), "{stdout}");
     assert!(stdout.contains("[redacted]"), "{stdout}");
     for secret in ["a-literal-secret-value", "the-env-secret-value"] {
-        assert!(!stdout.contains(secret) && !stderr.contains(secret), "{secret} leaked");
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "{secret} leaked"
+        );
     }
 }
 
@@ -67,14 +70,21 @@ secrets = []
 "#,
     )
     .unwrap();
-    let out = hookbox().args(["check", "--config"]).arg(&path).output().unwrap();
+    let out = hookbox()
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("sources[0] (\"github\").secrets[0] (env:HOOKBOX_TEST_CLI_UNSET)"),
         "{stderr}"
     );
-    assert!(stderr.contains("sources[1] (\"stripe\").secrets"), "{stderr}");
+    assert!(
+        stderr.contains("sources[1] (\"stripe\").secrets"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -86,7 +96,10 @@ fn the_embedded_default_enables_a_source_when_its_secret_is_set() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     if std::path::Path::new(hookbox::config::SYSTEM_CONFIG).exists() {
-        eprintln!("skipping: {} exists on this machine", hookbox::config::SYSTEM_CONFIG);
+        eprintln!(
+            "skipping: {} exists on this machine",
+            hookbox::config::SYSTEM_CONFIG
+        );
         return;
     }
     assert!(out.status.success(), "{stdout}");
