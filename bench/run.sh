@@ -7,10 +7,19 @@
 #   RUNS=5 DURATION=20 bench/run.sh    # more, longer runs
 #   DURABILITY=normal bench/run.sh     # server.durability = "normal"
 #   bench/run.sh --threads 2           # extra arguments go to every hookbox-loadgen run
+#   SCENARIOS="deliver deliver_idle" bench/run.sh   # only the delivery scenarios
+#
+# Scenarios: new (unique ids), dup90 / dupNN (NN % resent ids), deliver (as
+# new, with a url destination answering 204 at once: delivered/s, receipt-to-
+# downstream latency, backlog drain after the ingest stops), deliver_idle (one
+# delivery every 20 ms on one connection: receipt-to-downstream when idle).
 #
 # Environment: RUNS (3), DURATION seconds (10), WARMUP seconds (1),
-# CONNECTIONS (64), DURABILITY (full), SCENARIOS ("new dup90").
-# Exits non-zero when any run fails its checks (row count, exit status, answers).
+# CONNECTIONS (64), DURABILITY (full), DRAIN_TIMEOUT seconds (60),
+# SCENARIOS ("new dup90 deliver deliver_idle").
+# Exits non-zero when any run fails its checks (row count, exit status,
+# answers; for deliver*: every row delivered, every 202 seen downstream,
+# signatures valid, backlog drained within DRAIN_TIMEOUT).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,7 +30,8 @@ DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-1}"
 CONNECTIONS="${CONNECTIONS:-64}"
 DURABILITY="${DURABILITY:-full}"
-SCENARIOS="${SCENARIOS:-new dup90}"
+DRAIN_TIMEOUT="${DRAIN_TIMEOUT:-60}"
+SCENARIOS="${SCENARIOS:-new dup90 deliver deliver_idle}"
 
 echo "== machine"
 echo "cpus:   $(nproc)"
@@ -29,7 +39,7 @@ echo "cpu:    $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ */
 echo "kernel: $(uname -srm)"
 echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
 echo "rustc:  $(rustc --version)"
-echo "runs=$RUNS duration=${DURATION}s warmup=${WARMUP}s connections=$CONNECTIONS durability=$DURABILITY"
+echo "runs=$RUNS duration=${DURATION}s warmup=${WARMUP}s connections=$CONNECTIONS durability=$DURABILITY drain_timeout=${DRAIN_TIMEOUT}s"
 echo
 
 echo "== build"
@@ -44,18 +54,22 @@ results="$outdir/results-$(date +%Y%m%d-%H%M%S).jsonl"
 
 failed=0
 for scenario in $SCENARIOS; do
+    extra=()
     case "$scenario" in
         new) dup=0 ;;
         dup90) dup=0.9 ;;
         dup[0-9]*) dup="$(awk -v p="${scenario#dup}" 'BEGIN { print p / 100 }')" ;;
-        *) echo "unknown scenario: $scenario (use new, dup90 or dupNN)" >&2; exit 2 ;;
+        deliver) dup=0; extra=(--deliver --drain-timeout "$DRAIN_TIMEOUT") ;;
+        deliver_idle) dup=0; extra=(--deliver --idle --drain-timeout "$DRAIN_TIMEOUT") ;;
+        *) echo "unknown scenario: $scenario (use new, dup90, dupNN, deliver or deliver_idle)" >&2; exit 2 ;;
     esac
     for run in $(seq 1 "$RUNS"); do
         echo "== $scenario run $run/$RUNS"
         status=0
         out="$("$loadgen" --scenario "$scenario" --duplicates "$dup" \
             --connections "$CONNECTIONS" --duration "$DURATION" --warmup "$WARMUP" \
-            --durability "$DURABILITY" --hookbox "$root/target/release/hookbox" "$@")" || status=$?
+            --durability "$DURABILITY" --hookbox "$root/target/release/hookbox" \
+            ${extra[@]+"${extra[@]}"} "$@")" || status=$?
         printf '%s\n' "$out" | grep -v '^{' || true
         printf '%s\n' "$out" | grep '^{' >>"$results" || true
         if [ "$status" -ne 0 ]; then
@@ -90,7 +104,24 @@ FIGURES = [
     ("rows", "rows", 0),
     ("rows_match", "rows match", 0),
 ]
-DECIMALS = {key: d for key, _, d in FIGURES}
+# Shown only for runs that have them (--deliver).
+DELIVER_FIGURES = [
+    ("delivered_per_sec", "delivered/s", 0),
+    ("recv_to_downstream_p50_ms", "recv->downstream p50 ms", 2),
+    ("recv_to_downstream_p99_ms", "recv->downstream p99 ms", 2),
+    ("recv_to_downstream_max_ms", "recv->downstream max ms", 2),
+    ("backlog_at_ingest_end", "backlog at ingest end", 0),
+    ("drain_secs", "drain s", 2),
+    ("drain_per_sec", "drain delivered/s", 0),
+    ("backlog_remaining", "backlog left at cap", 0),
+    ("rows_undelivered", "rows not delivered", 0),
+    ("downstream_missing", "202s never delivered", 0),
+    ("downstream_duplicates", "downstream duplicates", 0),
+    ("bad_signatures", "bad signatures", 0),
+    ("attempts_retry", "failed attempts", 0),
+    ("server_log_warnings", "server WARN/ERROR lines", 0),
+]
+DECIMALS = {key: d for key, _, d in FIGURES + DELIVER_FIGURES}
 
 runs = {}
 with open(sys.argv[1]) as f:
@@ -110,7 +141,8 @@ def fmt(v, decimals=0):
 for scenario, rs in runs.items():
     head = ["figure"] + [f"run {i + 1}" for i in range(len(rs))] + ["median"]
     rows = []
-    for key, label, decimals in FIGURES:
+    figures = FIGURES + [f for f in DELIVER_FIGURES if any(f[0] in r for r in rs)]
+    for key, label, decimals in figures:
         vals = [r.get(key) for r in rs]
         if key == "rows_match":
             med = all(vals)
@@ -135,6 +167,29 @@ for scenario, rs in runs.items():
 widths = [max(len(row[i]) for row in table) for i in range(len(head))]
 for row in table:
     print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+
+# Delivery scenarios: their own figures. A run whose backlog did not drain
+# has no drain_secs; the median is over the runs that have one, and
+# "drained" says how many did.
+deliver = {s: rs for s, rs in runs.items() if any("delivered_per_sec" in r for r in rs)}
+if deliver:
+    print()
+    print("-- delivery medians")
+    keys = ["delivered_per_sec", "recv_to_downstream_p50_ms", "recv_to_downstream_p99_ms",
+            "drain_secs", "drain_per_sec", "backlog_remaining", "rows_undelivered",
+            "downstream_missing", "downstream_duplicates"]
+    head = ["scenario"] + keys + ["drained"]
+    table = [head]
+    for scenario, rs in deliver.items():
+        row = [scenario]
+        for k in keys:
+            nums = [r.get(k) for r in rs if isinstance(r.get(k), (int, float))]
+            row.append(fmt(statistics.median(nums) if nums else None, DECIMALS[k]))
+        row.append(f"{sum(1 for r in rs if r.get('drain_secs') is not None)}/{len(rs)}")
+        table.append(row)
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for row in table:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
 PY
 else
     echo "(python3 not found: raw JSON lines follow)"

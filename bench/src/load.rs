@@ -14,8 +14,9 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
@@ -30,6 +31,37 @@ pub struct LoadConfig {
     pub request_timeout: Duration,
     pub signer: Arc<Signer>,
     pub seed: u64,
+    /// Start-to-start gap between one connection's requests; `None` sends
+    /// back to back (a closed loop).
+    pub pace: Option<Duration>,
+    /// Where to note, per delivery id, when its 202 came back (`--deliver`
+    /// runs); `None` keeps no per-id record.
+    pub receipts: Option<Arc<Receipts>>,
+}
+
+/// When each accepted delivery id got its 202, by this process's clock.
+#[derive(Default)]
+pub struct Receipts {
+    map: Mutex<HashMap<String, Instant>>,
+}
+
+impl Receipts {
+    fn record(&self, id: String, at: Instant) {
+        self.lock().insert(id, at);
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Runs `f` over every (delivery id, 202 time) recorded.
+    pub fn with_map<T>(&self, f: impl FnOnce(&HashMap<String, Instant>) -> T) -> T {
+        f(&self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Answers by kind.
@@ -94,6 +126,8 @@ pub struct Outcome {
     pub reconnects: u64,
     /// A few examples of what went wrong, for the report.
     pub samples: Vec<String>,
+    /// The measured window: after the warm-up, until the deadline.
+    pub window: (Instant, Instant),
 }
 
 impl Outcome {
@@ -113,6 +147,7 @@ const MAX_SAMPLES: usize = 5;
 /// Runs every connection to the deadline and merges what they saw.
 pub async fn run(cfg: Arc<LoadConfig>) -> Result<Outcome> {
     let start = Instant::now();
+    let window = (start + cfg.warmup, start + cfg.warmup + cfg.duration);
     let mut tasks = Vec::with_capacity(cfg.connections as usize);
     for conn in 0..cfg.connections {
         tasks.push(tokio::spawn(connection(Arc::clone(&cfg), conn, start)));
@@ -124,6 +159,7 @@ pub async fn run(cfg: Arc<LoadConfig>) -> Result<Outcome> {
         latencies_us: Vec::new(),
         reconnects: 0,
         samples: Vec::new(),
+        window,
     };
     for task in tasks {
         let c = task.await.context("a connection task panicked")?;
@@ -162,13 +198,24 @@ async fn connection(cfg: Arc<LoadConfig>, conn: u32, start: Instant) -> Outcome 
         latencies_us: Vec::with_capacity(64 * 1024),
         reconnects: 0,
         samples: Vec::new(),
+        window: (warmup_end, deadline),
     };
     let mut sender: Option<SendRequest<Full<Bytes>>> = None;
     // Ids that got a 202, with the row id it gave: the pool duplicates draw from.
     let mut acked: Vec<(u64, Option<u64>)> = Vec::new();
     let mut next_seq = 0u64;
+    let mut next_send = start;
 
     while Instant::now() < deadline {
+        if let Some(pace) = cfg.pace {
+            // Paced: never more than one request per `pace`, and no burst to
+            // catch up after a slow answer.
+            tokio::time::sleep_until(next_send.into()).await;
+            next_send = (next_send + pace).max(Instant::now());
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
         let mut s = match sender.take() {
             Some(s) if !s.is_closed() => s,
             previous => {
@@ -206,7 +253,9 @@ async fn connection(cfg: Arc<LoadConfig>, conn: u32, start: Instant) -> Outcome 
                 next_seq
             }
         };
-        let req = request(cfg.signer.delivery(conn, seq), &host);
+        let delivery = cfg.signer.delivery(conn, seq);
+        let receipt_id = cfg.receipts.is_some().then(|| delivery.id.clone());
+        let req = request(delivery, &host);
 
         let sent = Instant::now();
         let answer = match tokio::time::timeout(cfg.request_timeout, send(&mut s, req)).await {
@@ -240,6 +289,10 @@ async fn connection(cfg: Arc<LoadConfig>, conn: u32, start: Instant) -> Outcome 
                             );
                         } else {
                             acked.push((seq, id));
+                            if let (Some(receipts), Some(delivery_id)) = (&cfg.receipts, receipt_id)
+                            {
+                                receipts.record(delivery_id, done);
+                            }
                         }
                     }
                     StatusCode::OK => {
@@ -413,6 +466,7 @@ mod tests {
             latencies_us: (1..=1000).collect(),
             reconnects: 0,
             samples: Vec::new(),
+            window: (Instant::now(), Instant::now()),
         };
         assert_eq!(out.quantile_ms(0.5), 0.5);
         assert_eq!(out.quantile_ms(0.99), 0.99);

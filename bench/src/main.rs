@@ -11,9 +11,19 @@
 //! (a new id answered 200, a repeat answered 202 or with another row id), or
 //! the row count does not match.
 //!
+//! With `--deliver` the source also gets a url destination: a downstream
+//! HTTP server inside this process that answers 204 at once. The run then
+//! reports delivered events/s, receipt-to-downstream latency, how long the
+//! backlog takes to drain after the ingest stops, and checks that every row
+//! ends `delivered` and every accepted id reached the downstream (see
+//! `deliver`). `--idle` paces one connection at one request every 20 ms.
+//!
 //! `server` owns the child process, `load` the connections and their
-//! figures, `payload` the signed request bodies.
+//! figures, `payload` the signed request bodies, `downstream` the delivery
+//! target and `deliver` the delivery figures.
 
+mod deliver;
+mod downstream;
 mod load;
 mod payload;
 mod server;
@@ -27,7 +37,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use load::{LoadConfig, Outcome};
+use deliver::Figures;
+use downstream::Downstream;
+use load::{LoadConfig, Outcome, Receipts};
 use payload::Signer;
 use server::{SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_status_kib};
 
@@ -35,6 +47,8 @@ use server::{SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_s
 const IDLE_SETTLE: Duration = Duration::from_millis(500);
 /// Memory sampling period during the run.
 const RSS_PERIOD: Duration = Duration::from_millis(100);
+/// `--idle`: the gap between requests of its single connection.
+const IDLE_PACE_MS: f64 = 20.0;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -77,6 +91,22 @@ struct Args {
     /// Keep the temp dir (config, database, server log) and print its path.
     #[arg(long)]
     keep: bool,
+    /// Give the source a url destination (a local downstream that answers
+    /// 204 at once, default deliver settings) and report delivery figures.
+    #[arg(long)]
+    deliver: bool,
+    /// One connection sending one request every 20 ms (overrides
+    /// --connections and --pace-ms): latency when idle.
+    #[arg(long)]
+    idle: bool,
+    /// Milliseconds from one request's start to the next on each connection
+    /// (instead of back to back).
+    #[arg(long)]
+    pace_ms: Option<f64>,
+    /// With --deliver: seconds to wait after the ingest stops for the
+    /// backlog to drain before stopping the server.
+    #[arg(long, default_value_t = 60.0)]
+    drain_timeout: f64,
 }
 
 impl Args {
@@ -95,6 +125,8 @@ impl Args {
             ("--warmup", self.warmup),
             ("--request-timeout", self.request_timeout),
             ("--stop-timeout", self.stop_timeout),
+            ("--drain-timeout", self.drain_timeout),
+            ("--pace-ms", self.pace_ms.unwrap_or(0.0)),
         ] {
             if !v.is_finite() || v < 0.0 {
                 bail!("{name} must be a non-negative number of seconds, got {v}");
@@ -109,9 +141,26 @@ impl Args {
     fn scenario(&self) -> String {
         match &self.scenario {
             Some(s) => s.clone(),
+            None if self.deliver && self.idle => "deliver_idle".to_owned(),
+            None if self.deliver => "deliver".to_owned(),
+            None if self.idle => "idle".to_owned(),
             None if self.duplicates == 0.0 => "new".to_owned(),
             None => format!("dup{}", (self.duplicates * 100.0).round()),
         }
+    }
+
+    fn connections(&self) -> u32 {
+        if self.idle { 1 } else { self.connections }
+    }
+
+    fn pace(&self) -> Option<Duration> {
+        let ms = if self.idle {
+            Some(IDLE_PACE_MS)
+        } else {
+            self.pace_ms
+        };
+        ms.filter(|&ms| ms > 0.0)
+            .map(|ms| Duration::from_secs_f64(ms / 1000.0))
     }
 
     fn hookbox(&self) -> PathBuf {
@@ -190,6 +239,9 @@ struct Report {
     /// CPU time over `load_wall`, when /proc could tell.
     server_cpu: Option<Duration>,
     loadgen_cpu: Option<Duration>,
+    /// `--deliver` runs only.
+    deliver: Option<Figures>,
+    drain_timeout: f64,
 }
 
 async fn scenario(args: Args) -> Result<bool> {
@@ -200,7 +252,27 @@ async fn scenario(args: Args) -> Result<bool> {
             binary.display()
         );
     }
-    let (mut server, startup) = Server::start(&binary, &args.durability).await?;
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5eed);
+    // The downstream comes first: the server's config names its port.
+    let mut downstream = None;
+    let mut deliver_to = None;
+    if args.deliver {
+        let key: Vec<u8> = (0..24u32)
+            .map(|i| (nonce.rotate_left(i * 7) >> 3) as u8 ^ (i as u8).wrapping_mul(37))
+            .collect();
+        let d = Downstream::start(key.clone())?;
+        deliver_to = Some((format!("http://{}/hook", d.addr), downstream::whsec(&key)));
+        downstream = Some(d);
+    }
+    let (mut server, startup) = Server::start(
+        &binary,
+        &args.durability,
+        deliver_to.as_ref().map(|(u, s)| (u.as_str(), s.as_str())),
+    )
+    .await?;
     let pid = server.pid();
     if args.keep {
         eprintln!("keeping {}", server.keep_dir().display());
@@ -211,19 +283,18 @@ async fn scenario(args: Args) -> Result<bool> {
     let peak = Arc::new(AtomicU64::new(idle_kib));
     let sampler = tokio::spawn(sample_rss(pid, Arc::clone(&peak)));
 
-    let nonce = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0x5eed);
+    let receipts = args.deliver.then(|| Arc::new(Receipts::default()));
     let cfg = LoadConfig {
         addr: server.public,
-        connections: args.connections,
+        connections: args.connections(),
         warmup: Duration::from_secs_f64(args.warmup),
         duration: Duration::from_secs_f64(args.duration),
         duplicates: args.duplicates,
         request_timeout: Duration::from_secs_f64(args.request_timeout),
         signer: Arc::new(Signer::new(SECRET.as_bytes(), nonce)?),
         seed: nonce.rotate_left(17),
+        pace: args.pace(),
+        receipts: receipts.clone(),
     };
     let ticks = clock_ticks_per_sec();
     let own_pid = std::process::id();
@@ -231,11 +302,24 @@ async fn scenario(args: Args) -> Result<bool> {
     let load_started = Instant::now();
     let load = load::run(Arc::new(cfg)).await;
     let load_wall = load_started.elapsed();
+    let ingest_end = Instant::now();
     let cpu_used = |before: Option<Duration>, pid: u32| {
         Some(proc_cpu(pid, ticks).ok()?.saturating_sub(before?))
     };
     let server_cpu = cpu_used(cpu_before.0, pid);
     let loadgen_cpu = cpu_used(cpu_before.1, own_pid);
+    let drain = match (&downstream, &receipts, &load) {
+        (Some(d), Some(r), Ok(_)) => Some(
+            deliver::wait_for_drain(
+                d,
+                r,
+                &server.database,
+                ingest_end + Duration::from_secs_f64(args.drain_timeout),
+            )
+            .await,
+        ),
+        _ => None,
+    };
     sampler.abort();
     if let Ok(kib) = proc_status_kib(pid, "VmRSS") {
         peak.fetch_max(kib, Ordering::Relaxed);
@@ -247,10 +331,26 @@ async fn scenario(args: Args) -> Result<bool> {
         .stop(Duration::from_secs_f64(args.stop_timeout))
         .await?;
     let rows = count_events(&server.database)?;
+    let deliver = match (&mut downstream, &receipts, &drain) {
+        (Some(d), Some(r), Some(drain)) => {
+            // Whatever arrived during the shutdown counts too.
+            d.stop();
+            Some(Figures::collect(
+                d,
+                r,
+                load.window,
+                ingest_end,
+                drain,
+                &server.database,
+                &server.log_text(),
+            )?)
+        }
+        _ => None,
+    };
 
     let report = Report {
         scenario: args.scenario(),
-        args_connections: args.connections,
+        args_connections: args.connections(),
         duration: args.duration,
         durability: args.durability.clone(),
         threads: args.threads,
@@ -266,6 +366,8 @@ async fn scenario(args: Args) -> Result<bool> {
         load_wall,
         server_cpu,
         loadgen_cpu,
+        deliver,
+        drain_timeout: args.drain_timeout,
     };
     let ok = report.print();
     if !ok {
@@ -354,7 +456,7 @@ impl Report {
                 .map_or_else(|| "by signal".to_owned(), |c| c.to_string()),
             self.shutdown.as_millis(),
         );
-        let fields: Vec<(&str, Value)> = vec![
+        let mut fields: Vec<(&str, Value)> = vec![
             ("scenario", json!(self.scenario)),
             ("connections", json!(self.args_connections)),
             ("duration", json!(self.duration)),
@@ -391,6 +493,10 @@ impl Report {
             ("duplicates", json!(self.duplicates_share)),
             ("loadgen_threads", json!(self.threads)),
         ];
+        if let Some(d) = &self.deliver {
+            fields.extend(self.deliver_fields(d));
+            self.print_deliver(d);
+        }
         let line = ordered_json(&fields);
         println!("{line}");
 
@@ -419,9 +525,152 @@ impl Report {
                 l.anomalies.wrong_status, l.anomalies.wrong_id, l.anomalies.no_id
             );
         }
+        if let Some(d) = &self.deliver {
+            ok &= self.check_deliver(d);
+        }
         if ok {
             println!("OK");
         }
         ok
     }
+
+    fn deliver_fields(&self, d: &Figures) -> Vec<(&'static str, Value)> {
+        let ms = |q: f64| d.latency_ms(q).map(|v| round(v, 3));
+        vec![
+            (
+                "delivered_per_sec",
+                json!(round(d.delivered_in_window as f64 / self.duration, 1)),
+            ),
+            ("recv_to_downstream_p50_ms", json!(ms(0.5))),
+            ("recv_to_downstream_p99_ms", json!(ms(0.99))),
+            ("recv_to_downstream_max_ms", json!(ms(1.0))),
+            (
+                "drain_secs",
+                json!(d.drain.map(|t| round(t.as_secs_f64(), 3))),
+            ),
+            ("backlog_remaining", json!(d.backlog_at_cap)),
+            ("backlog_at_ingest_end", json!(d.backlog_at_ingest_end)),
+            (
+                "drain_per_sec",
+                json!(d.drain_per_sec().map(|r| round(r, 1))),
+            ),
+            ("rows_delivered", json!(d.rows("delivered"))),
+            ("rows_pending", json!(d.rows("pending"))),
+            ("rows_dead", json!(d.rows("dead"))),
+            ("rows_undelivered", json!(d.undelivered_rows())),
+            ("downstream_requests", json!(d.requests)),
+            ("downstream_distinct", json!(d.distinct)),
+            ("downstream_duplicates", json!(d.duplicates)),
+            (
+                "duplicate_max_gap_ms",
+                json!(d.duplicate_max_gap.map(|t| t.as_millis() as u64)),
+            ),
+            ("downstream_missing", json!(d.missing)),
+            ("downstream_unknown", json!(d.unknown)),
+            ("downstream_no_id", json!(d.no_id)),
+            ("bad_signatures", json!(d.bad_signature)),
+            ("latency_samples", json!(d.latencies_us.len())),
+            ("delivered_before_202", json!(d.before_202)),
+            (
+                "db_settle_ms",
+                json!(d.db_settle.map(|t| t.as_millis() as u64)),
+            ),
+            ("pending_at_cap", json!(d.pending_at_cap)),
+            ("attempts_delivered", json!(d.attempts("delivered"))),
+            ("attempts_retry", json!(d.attempts("retry"))),
+            ("attempts_dead", json!(d.attempts("dead"))),
+            ("server_log_warnings", json!(d.log_problems)),
+            ("drain_timeout", json!(self.drain_timeout)),
+        ]
+    }
+
+    fn print_deliver(&self, d: &Figures) {
+        let ms = |q: f64| {
+            d.latency_ms(q)
+                .map_or("-".to_owned(), |v| round(v, 3).to_string())
+        };
+        println!(
+            "  deliver: {} delivered/s | receipt->downstream p50 {} ms p99 {} ms max {} ms ({} samples, {} before the 202) | drain {} | downstream {} requests {} ids {} duplicates {} missing {} unknown {} bad signatures | rows {} | attempts {} | server log {} warn/error lines",
+            round(d.delivered_in_window as f64 / self.duration, 1),
+            ms(0.5),
+            ms(0.99),
+            ms(1.0),
+            d.latencies_us.len(),
+            d.before_202,
+            match d.drain {
+                Some(t) => format!(
+                    "{:.3} s for a backlog of {}{}",
+                    t.as_secs_f64(),
+                    d.backlog_at_ingest_end,
+                    d.drain_per_sec()
+                        .map_or(String::new(), |r| format!(" ({} /s)", round(r, 0)))
+                ),
+                None => format!(
+                    "NOT within {} s ({} ids still unseen)",
+                    self.drain_timeout, d.backlog_at_cap
+                ),
+            },
+            d.requests,
+            d.distinct,
+            d.duplicates,
+            d.missing,
+            d.unknown,
+            d.bad_signature,
+            pairs(&d.states),
+            pairs(&d.attempt_outcomes),
+            d.log_problems,
+        );
+    }
+
+    fn check_deliver(&self, d: &Figures) -> bool {
+        let mut ok = true;
+        for (error, n) in &d.attempt_errors {
+            eprintln!("  failed attempts: {n} x {error}");
+        }
+        for line in &d.log_examples {
+            eprintln!("  server log: {line}");
+        }
+        if d.undelivered_rows() > 0 {
+            ok = false;
+            eprintln!(
+                "FAIL: {} rows are not delivered after the run ({}); pending at the end of the wait: {:?}",
+                d.undelivered_rows(),
+                pairs(&d.states),
+                d.pending_at_cap
+            );
+        }
+        if d.missing > 0 {
+            ok = false;
+            eprintln!(
+                "FAIL: {} ids answered 202 never reached the downstream",
+                d.missing
+            );
+        }
+        if d.drain.is_none() {
+            ok = false;
+            eprintln!(
+                "FAIL: the backlog did not drain within {} s of the ingest ending ({} ids unseen then)",
+                self.drain_timeout, d.backlog_at_cap
+            );
+        }
+        if d.bad_signature > 0 || d.no_id > 0 || d.body_errors > 0 {
+            ok = false;
+            eprintln!(
+                "FAIL: downstream got {} requests with a bad webhook-signature, {} without a delivery id, {} with a broken body",
+                d.bad_signature, d.no_id, d.body_errors
+            );
+        }
+        ok
+    }
+}
+
+/// `a=1 b=2` for a report line.
+fn pairs(v: &[(String, u64)]) -> String {
+    if v.is_empty() {
+        return "none".to_owned();
+    }
+    v.iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -49,7 +49,14 @@ impl Server {
     /// Writes the config and spawns `binary serve --config ..`; returns the
     /// server once `/readyz` on the public port answers 200, with the time
     /// that took since spawn.
-    pub async fn start(binary: &Path, durability: &str) -> Result<(Server, Duration)> {
+    ///
+    /// `deliver` is `(url, signing_secret)` for the source's `deliver` table;
+    /// every other deliver setting keeps its default.
+    pub async fn start(
+        binary: &Path,
+        durability: &str,
+        deliver: Option<(&str, &str)>,
+    ) -> Result<(Server, Duration)> {
         let dir = tempfile::Builder::new()
             .prefix("hookbox-bench-")
             .tempdir()
@@ -58,8 +65,11 @@ impl Server {
         let (public, admin) = two_free_ports()?;
         let database = dir_path.join("hookbox.db");
         let config = dir_path.join("hookbox.toml");
-        std::fs::write(&config, config_toml(public, admin, &database, durability))
-            .with_context(|| format!("writing {}", config.display()))?;
+        let mut toml = config_toml(public, admin, &database, durability);
+        if let Some((url, signing_secret)) = deliver {
+            toml.push_str(&deliver_toml(url, signing_secret));
+        }
+        std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
         let log = dir_path.join("server.log");
         let log_file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -134,6 +144,11 @@ impl Server {
         self.dir_path.clone()
     }
 
+    /// The whole server log (stdout and stderr) so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The last `lines` lines of the server's stdout and stderr.
     pub fn log_tail(&self, lines: usize) -> String {
         match std::fs::read_to_string(&self.log) {
@@ -193,6 +208,18 @@ kind = "github"
 secrets = ["{SECRET}"]
 "#,
         database = database.display().to_string(),
+    )
+}
+
+/// The `[sources.deliver]` table of the bench's source, appended after
+/// [`config_toml`]: a url destination with default settings.
+fn deliver_toml(url: &str, signing_secret: &str) -> String {
+    format!(
+        r#"
+[sources.deliver]
+url = {url:?}
+signing_secret = {signing_secret:?}
+"#
     )
 }
 
@@ -294,6 +321,92 @@ pub fn count_events(database: &Path) -> Result<u64> {
     u64::try_from(n).context("a negative row count")
 }
 
+/// Rows per `events.state`, through a read-only connection.
+pub fn count_states(database: &Path) -> Result<Tally> {
+    let conn = open_read_only(database)?;
+    let mut stmt = conn
+        .prepare("SELECT state, count(*) FROM events GROUP BY state ORDER BY state")
+        .context("preparing the state count")?;
+    let rows = stmt
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
+        .context("counting rows per state")?
+        .map(|r| Ok(r.map(|(s, n)| (s, u64::try_from(n).unwrap_or(0)))?))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Pending rows right now, while the server runs (WAL: reading does not
+/// block its writer).
+pub fn count_pending(database: &Path) -> Result<u64> {
+    let conn = open_read_only(database)?;
+    let n: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM events WHERE state = 'pending'",
+            [],
+            |row| row.get(0),
+        )
+        .context("counting pending rows")?;
+    u64::try_from(n).context("a negative row count")
+}
+
+/// Labels with their counts, as the database grouped them.
+pub type Tally = Vec<(String, u64)>;
+
+/// Attempt rows per outcome (`delivered`, `retry`, `dead`) and the most
+/// common errors of the failed ones, for the report.
+pub fn attempt_summary(database: &Path) -> Result<(Tally, Tally)> {
+    let conn = open_read_only(database)?;
+    let count = |sql: &str| -> Result<Tally> {
+        let mut stmt = conn.prepare(sql).context("preparing an attempts query")?;
+        stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                row.get::<_, i64>(1)?,
+            ))
+        })
+        .context("reading attempts")?
+        .map(|r| Ok(r.map(|(s, n)| (s, u64::try_from(n).unwrap_or(0)))?))
+        .collect()
+    };
+    let outcomes =
+        count("SELECT outcome, count(*) FROM attempts GROUP BY outcome ORDER BY outcome")?;
+    let errors = count(
+        "SELECT coalesce(CAST(status_code AS TEXT) || ' ', '') || coalesce(error, ''), count(*) \
+         FROM attempts WHERE outcome != 'delivered' GROUP BY 1 ORDER BY 2 DESC LIMIT 5",
+    )?;
+    Ok((outcomes, errors))
+}
+
+fn open_read_only(database: &Path) -> Result<rusqlite::Connection> {
+    use rusqlite::{Connection, OpenFlags};
+    let conn = Connection::open_with_flags(
+        database,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("opening {} read-only", database.display()))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .context("setting the busy timeout")?;
+    Ok(conn)
+}
+
+/// Lines of the server log at WARN or ERROR level, counted, with the first
+/// few of them.
+pub fn log_problems(log: &str, keep: usize) -> (u64, Vec<String>) {
+    let mut count = 0;
+    let mut first = Vec::new();
+    for line in log.lines() {
+        if line.contains(" WARN ") || line.contains(" ERROR ") {
+            count += 1;
+            if first.len() < keep {
+                first.push(line.to_owned());
+            }
+        }
+    }
+    (count, first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,5 +440,29 @@ mod tests {
         assert!(toml.contains("database = \"/tmp/x/hookbox.db\""));
         assert!(toml.contains("durability = \"normal\""));
         assert!(toml.contains("secrets = [\"bench-secret\"]"));
+    }
+
+    #[test]
+    fn deliver_table_follows_the_source() {
+        let mut toml = config_toml(
+            "127.0.0.1:1000".parse().unwrap(),
+            "127.0.0.1:1001".parse().unwrap(),
+            Path::new("/tmp/x/hookbox.db"),
+            "full",
+        );
+        toml.push_str(&deliver_toml("http://127.0.0.1:9/hook", "whsec_AAAA"));
+        assert!(toml.ends_with(
+            "[sources.deliver]\nurl = \"http://127.0.0.1:9/hook\"\nsigning_secret = \"whsec_AAAA\"\n"
+        ));
+        assert!(toml.find("[[sources]]").unwrap() < toml.find("[sources.deliver]").unwrap());
+    }
+
+    #[test]
+    fn log_problems_counts_warnings_and_errors() {
+        let log =
+            "2026 INFO hookbox: delivered\n2026  WARN hookbox: cannot record\n2026 ERROR x: boom\n";
+        let (n, first) = log_problems(log, 1);
+        assert_eq!(n, 2);
+        assert_eq!(first, vec!["2026  WARN hookbox: cannot record".to_owned()]);
     }
 }

@@ -1,0 +1,278 @@
+//! The destination hookbox delivers to in `--deliver` runs: an HTTP/1.1
+//! server on 127.0.0.1 that answers every request `204 No Content` at once.
+//!
+//! It runs on its own thread with its own current-thread runtime, so the
+//! load generator's connections never delay it (or its clock readings). For
+//! each request it records when the request head arrived (an [`Instant`] of
+//! this process, comparable with the times the load generator takes) and
+//! which delivery it carries (`x-github-delivery`, else
+//! `x-hookbox-delivery-id`). It also checks the Standard Webhooks signature
+//! hookbox puts on every request and counts the ones that do not verify; the
+//! answer is 204 either way, so a bad signature never causes a retry.
+
+use anyhow::{Context, Result};
+use base64::Engine as _;
+use bytes::Bytes;
+use hmac::{Hmac, KeyInit, Mac};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::header::HeaderMap;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use sha2::Sha256;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// One request as the downstream saw it.
+pub struct Arrival {
+    /// When the request head was parsed.
+    pub at: Instant,
+    pub delivery_id: String,
+}
+
+/// Everything the downstream saw, shared with the load generator.
+#[derive(Default)]
+pub struct Seen {
+    /// Every request that carried a delivery id, in arrival order.
+    pub arrivals: Vec<Arrival>,
+    /// First arrival per delivery id.
+    pub first: HashMap<String, Instant>,
+    /// Requests without either delivery id header.
+    pub no_id: u64,
+    /// Requests whose `webhook-signature` did not verify (or was missing).
+    pub bad_signature: u64,
+    /// Requests whose body could not be read to the end.
+    pub body_errors: u64,
+}
+
+pub struct Downstream {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Seen>>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Downstream {
+    /// Binds 127.0.0.1:0 and starts serving on a new thread. `signing_key`
+    /// is the decoded `whsec_` secret hookbox signs with.
+    pub fn start(signing_key: Vec<u8>) -> Result<Downstream> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .context("binding the downstream listener")?;
+        listener
+            .set_nonblocking(true)
+            .context("making the downstream listener non-blocking")?;
+        let addr = listener
+            .local_addr()
+            .context("reading the downstream address")?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("building the downstream runtime")?;
+        let seen = Arc::new(Mutex::new(Seen {
+            arrivals: Vec::with_capacity(256 * 1024),
+            ..Seen::default()
+        }));
+        let (stop, stopped) = oneshot::channel();
+        let state = Arc::new(State {
+            seen: Arc::clone(&seen),
+            key: signing_key,
+        });
+        let thread = std::thread::Builder::new()
+            .name("downstream".to_owned())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => {
+                            tokio::select! {
+                                () = accept_loop(listener, state) => {}
+                                _ = stopped => {}
+                            }
+                        }
+                        Err(e) => eprintln!("downstream: cannot register the listener: {e}"),
+                    }
+                });
+                // Dropping the runtime here closes every open connection.
+            })
+            .context("starting the downstream thread")?;
+        Ok(Downstream {
+            addr,
+            seen,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Distinct delivery ids seen so far.
+    pub fn distinct(&self) -> usize {
+        self.lock().first.len()
+    }
+
+    /// Runs `f` over what has been seen so far.
+    pub fn with_seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
+        f(&self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
+        // A panic while holding the lock cannot leave `Seen` half-updated in
+        // a way that matters for counting; keep going.
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops serving and joins the thread.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Downstream {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct State {
+    seen: Arc<Mutex<Seen>>,
+    key: Vec<u8>,
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: pause, then go on.
+                eprintln!("downstream: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| handle(Arc::clone(&state), req));
+            // A connection hookbox drops mid-request is hookbox's business;
+            // what arrived is already recorded.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Empty<Bytes>>, Infallible> {
+    let at = Instant::now();
+    let (parts, body) = req.into_parts();
+    let id = header(&parts.headers, "x-github-delivery")
+        .or_else(|| header(&parts.headers, "x-hookbox-delivery-id"))
+        .map(str::to_owned);
+    let body = body.collect().await.map(|b| b.to_bytes());
+    let signature_ok = match &body {
+        Ok(body) => verify(&state.key, &parts.headers, body),
+        Err(_) => false,
+    };
+    {
+        let mut seen = state.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if body.is_err() {
+            seen.body_errors += 1;
+        }
+        if !signature_ok {
+            seen.bad_signature += 1;
+        }
+        match id {
+            Some(delivery_id) => {
+                seen.first.entry(delivery_id.clone()).or_insert(at);
+                seen.arrivals.push(Arrival { at, delivery_id });
+            }
+            None => seen.no_id += 1,
+        }
+    }
+    let mut resp = Response::new(Empty::new());
+    *resp.status_mut() = StatusCode::NO_CONTENT;
+    Ok(resp)
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Standard Webhooks: `webhook-signature` holds space-separated
+/// `v1,<base64 HMAC-SHA256>` entries over `id.timestamp.body`; one must
+/// match.
+fn verify(key: &[u8], headers: &HeaderMap, body: &[u8]) -> bool {
+    let (Some(id), Some(ts), Some(sigs)) = (
+        header(headers, "webhook-id"),
+        header(headers, "webhook-timestamp"),
+        header(headers, "webhook-signature"),
+    ) else {
+        return false;
+    };
+    let want = sign(key, id, ts, body);
+    sigs.split(' ')
+        .filter_map(|s| s.strip_prefix("v1,"))
+        .any(|s| s == want)
+}
+
+/// The base64 Standard Webhooks signature of one request.
+pub fn sign(key: &[u8], id: &str, ts: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(ts.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+/// A `whsec_` secret for `key`, as the hookbox config takes it.
+pub fn whsec(key: &[u8]) -> String {
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    #[test]
+    fn verifies_the_standard_webhooks_reference_vector() {
+        // The reference libraries' test vector (Go, JavaScript, Python).
+        let key = base64::engine::general_purpose::STANDARD
+            .decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+            .unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(
+            "webhook-id",
+            HeaderValue::from_static("msg_p5jXN8AQM9LWM0D4loKWxJek"),
+        );
+        h.insert("webhook-timestamp", HeaderValue::from_static("1614265330"));
+        h.insert(
+            "webhook-signature",
+            HeaderValue::from_static("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
+        );
+        let body = br#"{"test": 2432232314}"#;
+        assert!(verify(&key, &h, body));
+        assert!(!verify(&key, &h, b"{}"));
+        h.insert(
+            "webhook-signature",
+            HeaderValue::from_static("v1,bad v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
+        );
+        assert!(verify(&key, &h, body));
+        assert!(whsec(&key).starts_with("whsec_MfKQ9r8G"));
+    }
+}
