@@ -10,13 +10,14 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
 /// Upgrade steps: `MIGRATIONS[i]` takes a database from version `i + 1` to
-/// `i + 2`. Empty while there has been only one version.
-const MIGRATIONS: &[&str] = &[];
+/// `i + 2`. `schema.sql` must always equal version 1 plus every step, which
+/// a test checks.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0002_catchup.sql")];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
     let version: i64 = conn
@@ -56,6 +57,39 @@ mod tests {
     #[test]
     fn migrations_reach_the_version_schema_sql_describes() {
         assert_eq!(MIGRATIONS.len() as i64 + 1, SCHEMA_VERSION);
+    }
+
+    /// `schema.sql` as it was at version 1, to prove upgrades reach the
+    /// same schema as a fresh start.
+    const V1: &str = include_str!("migrations/0001_schema_v1.sql");
+
+    fn schema_of(conn: &Connection) -> Vec<(String, String)> {
+        conn.prepare("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    #[test]
+    fn an_upgraded_database_has_the_schema_of_a_new_one() {
+        let mut old = Connection::open_in_memory().unwrap();
+        old.execute_batch(V1).unwrap();
+        old.pragma_update(None, "user_version", 1).unwrap();
+        apply(&mut old).unwrap();
+        let mut new = Connection::open_in_memory().unwrap();
+        apply(&mut new).unwrap();
+        let normalise = |rows: Vec<(String, String)>| -> Vec<(String, String)> {
+            rows.into_iter()
+                .map(|(n, sql)| (n, sql.split_whitespace().collect::<Vec<_>>().join(" ")))
+                .collect()
+        };
+        assert_eq!(normalise(schema_of(&old)), normalise(schema_of(&new)));
+        let version: i64 = old
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
     }
 
     #[test]
