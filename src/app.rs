@@ -5,7 +5,8 @@
 //! CLI, the tests) learn the bound addresses. [`App::run`] serves until the
 //! token is cancelled, then shuts down in order: stop accepting, let
 //! requests in flight finish, let running deliveries finish (or release
-//! them), drop every writer handle, and wait for the writer to commit what
+//! them), stop the maintenance jobs (retention, snapshots: see
+//! [`crate::maintenance`]), drop every writer handle, and wait for the writer to commit what
 //! is queued and checkpoint.
 
 use std::net::SocketAddr;
@@ -19,11 +20,14 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::admin::{self, AdminState};
+use crate::catchup::CatchupHandle;
+use crate::config::{Config, Secret};
 use crate::dispatch::worker::Dispatcher;
+use crate::metrics::Metrics;
 use crate::receive::Receiver;
 use crate::store::{self, Store, WriterHandle, WriterThread};
-use crate::{health, server};
+use crate::{health, maintenance, notify, server};
 
 /// How long the writer gets to finish after the listeners have stopped.
 const WRITER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,6 +39,9 @@ pub struct App {
     writer_thread: WriterThread,
     public: TcpListener,
     admin: TcpListener,
+    /// The bearer token the admin listener requires.
+    admin_token: Secret,
+    metrics: Arc<Metrics>,
 }
 
 impl App {
@@ -45,6 +52,8 @@ impl App {
             config.server.durability,
             config.server.writer_queue,
         )?;
+        let admin_token = admin::token::resolve(&config.admin, &config.server.database)?;
+        let metrics = Arc::new(Metrics::new(store.writer_metrics()));
         let public = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding the public listener {}", config.server.listen))?;
@@ -60,6 +69,8 @@ impl App {
             writer_thread,
             public,
             admin,
+            admin_token,
+            metrics,
         })
     }
 
@@ -83,17 +94,32 @@ impl App {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let App {
             config,
-            store: _store,
+            store,
             writer,
             writer_thread,
             public,
             admin,
+            admin_token,
+            metrics,
         } = self;
         let header_timeout = config.server.header_timeout;
         let wake = Arc::new(Notify::new());
-        let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone())?;
-        let public_router = public_router(&config, writer.clone(), wake);
-        let admin_router = health_routes(writer);
+        let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone(), &metrics)?;
+        let upkeep = maintenance::spawn(&config, store.clone(), writer.clone(), shutdown.clone());
+        // The admin API may keep a clone of `catchup` to run a pass on demand.
+        let catchup = CatchupHandle::new(&config, store.clone(), writer.clone(), wake.clone())?;
+        let catchup_task = tokio::spawn(catchup.clone().run(shutdown.clone()));
+        let public_router = public_router(&config, writer.clone(), wake.clone(), &metrics);
+        let watchdog = tokio::spawn(notify::watchdog(writer.clone(), shutdown.clone()));
+        let admin_state = AdminState {
+            config: Arc::new(config.clone()),
+            store: store.clone(),
+            writer: writer.clone(),
+            dispatch: wake,
+            metrics,
+            catchup,
+        };
+        let admin_router = admin::router(admin_state, &admin_token).merge(health_routes(writer));
         let dispatch_task = dispatcher.map(|d| tokio::spawn(d.run(shutdown.clone())));
         let serve = |listener, router| {
             tokio::spawn(server::serve(
@@ -103,12 +129,23 @@ impl App {
                 shutdown.clone(),
             ))
         };
+        let stopping = shutdown.clone();
+        tokio::spawn(async move {
+            stopping.cancelled().await;
+            notify::stopping();
+        });
+        notify::ready();
         let (p, a) = tokio::join!(serve(public, public_router), serve(admin, admin_router));
         p.context("the public listener task failed")?;
         a.context("the admin listener task failed")?;
         if let Some(task) = dispatch_task {
             task.await.context("the dispatcher task failed")?;
         }
+        catchup_task.await.context("the catch-up task failed")?;
+        for task in upkeep {
+            task.await.context("a maintenance task failed")?;
+        }
+        watchdog.await.context("the watchdog task failed")?;
         // Every writer handle lived in the routers and the dispatcher, which
         // are gone: the writer now drains its queue and stops.
         let joined = tokio::task::spawn_blocking(move || writer_thread.join());
@@ -121,8 +158,13 @@ impl App {
 }
 
 /// The public listener: the receiver and the health checks, nothing else.
-fn public_router(config: &Config, writer: WriterHandle, dispatch: Arc<Notify>) -> Router {
-    let receiver = Receiver::new(config, writer.clone(), dispatch);
+fn public_router(
+    config: &Config,
+    writer: WriterHandle,
+    dispatch: Arc<Notify>,
+    metrics: &Metrics,
+) -> Router {
+    let receiver = Receiver::new(config, writer.clone(), dispatch, metrics);
     Router::new()
         .route("/hooks/{source}", post(crate::receive::receive))
         .with_state(receiver)

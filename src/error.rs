@@ -9,6 +9,12 @@
 //! machinery understands. There is no 500 for bad input: an unexpected
 //! internal failure is answered 503 too, because the event was not stored
 //! and a retry is the right response to it.
+//!
+//! The admin listener's answers use the same shape, with an optional
+//! `"detail"` naming the parameter at fault (`{"error": "invalid_filter",
+//! "detail": "state: ..."}`). There an internal failure (a read that
+//! failed) is a 500: nothing is lost by it and nobody should retry blindly.
+//! It is logged once, with its cause chain, and answered opaquely.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -37,6 +43,22 @@ pub enum ApiError {
     BodyUnreadable,
     /// 503: nothing was stored; try again.
     Unavailable,
+    /// 401 on the admin listener: no bearer token, or the wrong one.
+    Unauthorized,
+    /// 400: bad admin input; `detail` names the parameter and what is wrong.
+    BadRequest {
+        reason: &'static str,
+        detail: String,
+    },
+    /// 404 on the admin listener (unknown event, source or route).
+    NotFound(&'static str),
+    /// 409: the request is valid but the target's state refuses it.
+    Conflict {
+        reason: &'static str,
+        detail: String,
+    },
+    /// 500 on the admin listener: logged once, answered opaquely.
+    Internal(anyhow::Error),
 }
 
 impl ApiError {
@@ -48,6 +70,11 @@ impl ApiError {
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -60,14 +87,54 @@ impl ApiError {
             ApiError::BodyTimeout => "body_timeout",
             ApiError::BodyUnreadable => "body_unreadable",
             ApiError::Unavailable => "unavailable",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::BadRequest { reason, .. } | ApiError::Conflict { reason, .. } => reason,
+            ApiError::NotFound(reason) => reason,
+            ApiError::Internal(_) => "internal",
         }
+    }
+
+    /// A 400 for the admin API: `reason` is the machine-readable kind,
+    /// `detail` what a person needs to fix the request.
+    pub fn bad_request(reason: &'static str, detail: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn conflict(reason: &'static str, detail: impl Into<String>) -> Self {
+        ApiError::Conflict {
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        ApiError::Internal(e)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status(), Json(json!({ "error": self.reason() }))).into_response();
+        let body = match &self {
+            ApiError::BadRequest { detail, .. } | ApiError::Conflict { detail, .. } => {
+                json!({ "error": self.reason(), "detail": detail })
+            }
+            _ => json!({ "error": self.reason() }),
+        };
+        let mut response = (self.status(), Json(body)).into_response();
         match self {
+            ApiError::Internal(e) => {
+                tracing::error!(error = format!("{e:#}"), "an admin request failed");
+            }
+            ApiError::Unauthorized => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
             ApiError::Unavailable => {
                 response
                     .headers_mut()

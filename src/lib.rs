@@ -1,11 +1,16 @@
 //! hookbox: a self-hosted webhook inbox on one SQLite file.
 
+pub mod admin;
 pub mod app;
+pub mod catchup;
 pub mod clock;
 pub mod config;
 pub mod dispatch;
 pub mod error;
 pub mod health;
+pub mod maintenance;
+pub mod metrics;
+pub mod notify;
 pub mod receive;
 pub mod server;
 pub mod shutdown;

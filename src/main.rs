@@ -1,7 +1,8 @@
 //! The `hookbox` command: a thin shell over the library.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -9,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 use hookbox::app::App;
 use hookbox::config::{self, Config};
 use hookbox::store::dispatch::{self, ReplayFilter};
+use hookbox::store::listing::{self, ListFilter};
+use hookbox::store::{backup, retention};
 use hookbox::telemetry::{self, LogFormat};
 
 #[derive(Parser)]
@@ -35,6 +38,9 @@ enum Command {
     Serve,
     /// Validate the config and print it with secrets redacted.
     Check,
+    /// Exit 0 when the running server is ready (GET /readyz on the admin
+    /// listener): the container health check.
+    Healthcheck,
     /// Put events back to pending with their attempts reset (never a new
     /// row). Works whether or not the server is running; a running server
     /// picks them up within seconds.
@@ -50,6 +56,61 @@ enum Command {
         #[arg(long, requires = "dead")]
         source: Option<String>,
     },
+    /// Write a consistent, checked copy of the database to DEST (a new
+    /// file, mode 0600). Safe while the server runs and writes.
+    Backup {
+        /// Where the copy goes; its directory must exist.
+        dest: PathBuf,
+        /// Replace DEST if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List events, newest first. Reads the database read-only, so it works
+    /// whether or not the server runs.
+    Events {
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long, value_enum)]
+        state: Option<StateArg>,
+        #[arg(long)]
+        event_type: Option<String>,
+        /// Most events to list.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete dead events for good: those whose last attempt is older than
+    /// --older-than (e.g. 30d).
+    Purge {
+        /// Purge dead events (the only kind purge removes).
+        #[arg(long, required = true)]
+        dead: bool,
+        /// How long an event must have been dead, e.g. "30d", "12h".
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: Duration,
+        /// Only events of this source.
+        #[arg(long)]
+        source: Option<String>,
+    },
+    /// Run one catch-up pass of SOURCE now (GitHub redelivery or Stripe
+    /// backfill) and print what it found and asked for. Waits for a pass
+    /// the server is running to finish first.
+    CatchUp {
+        source: String,
+        /// Ask for nothing and insert nothing; only show what would be done.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum StateArg {
+    Pending,
+    Delivered,
+    Dead,
+    Stored,
 }
 
 fn main() -> ExitCode {
@@ -79,6 +140,35 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Healthcheck => match healthcheck(&config) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("hookbox healthcheck: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Backup { dest, force } => report("backup", backup(&config, &dest, force)),
+        Command::Events {
+            source,
+            state,
+            event_type,
+            limit,
+            json,
+        } => {
+            let filter = ListFilter {
+                source,
+                state: state.map(|s| state_name(s).to_owned()),
+                event_type,
+                limit,
+            };
+            report("events", events(&config, &filter, json))
+        }
+        Command::Purge {
+            dead: _,
+            older_than,
+            source,
+        } => report("purge", purge(&config, older_than, source.as_deref())),
+        Command::CatchUp { source, dry_run } => catch_up(&config, &source, dry_run),
         Command::Serve => match serve(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -135,6 +225,30 @@ fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::R
     Ok(())
 }
 
+/// A bare HTTP/1.0 `GET /readyz` to the admin listener: no client library
+/// for one request, and nothing in a minimal image to run one.
+fn healthcheck(config: &Config) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let mut addr = config.server.admin_listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let timeout = Duration::from_secs(3);
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| anyhow::anyhow!("cannot connect to {addr}: {e}"))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut answer = String::new();
+    stream.take(4096).read_to_string(&mut answer)?;
+    let status = answer.lines().next().unwrap_or_default();
+    anyhow::ensure!(
+        status.split(' ').nth(1) == Some("200"),
+        "{addr} answered {status:?}"
+    );
+    Ok(())
+}
+
 fn log_sources(config: &Config) {
     let enabled: Vec<String> = config
         .sources
@@ -158,4 +272,89 @@ fn list_or_none(items: &[String]) -> String {
     } else {
         items.join(", ")
     }
+}
+
+/// How long `catch-up` waits for a pass the server is running.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(120);
+
+/// Exit 0 when the pass read its whole window and every request went
+/// through (or was refused for good); 1 otherwise, with the report printed
+/// either way.
+fn catch_up(config: &Config, source: &str, dry_run: bool) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return report("catch-up", Err(e.into())),
+    };
+    let ran = runtime.block_on(hookbox::catchup::run_cli(
+        config,
+        source,
+        dry_run,
+        CATCH_UP_WAIT,
+    ));
+    match ran {
+        Ok(r) => {
+            print!("{r}");
+            if r.complete {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => report("catch-up", Err(e)),
+    }
+}
+
+/// Prints a verb's error the way every verb does and picks the exit code.
+fn report(verb: &str, result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hookbox {verb}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn backup(config: &Config, dest: &Path, force: bool) -> anyhow::Result<()> {
+    let source = backup::open_source(&config.server.database)?;
+    let copied = backup::write(&source, dest, force)?;
+    println!(
+        "wrote {} ({} bytes, integrity_check ok)",
+        copied.path.display(),
+        copied.size_bytes
+    );
+    Ok(())
+}
+
+fn events(config: &Config, filter: &ListFilter, json: bool) -> anyhow::Result<()> {
+    let conn = hookbox::store::open_read_only(&config.server.database)?;
+    let rows = listing::list(&conn, filter)?;
+    if json {
+        print!("{}", listing::render_json_lines(&rows)?);
+    } else {
+        print!("{}", listing::render_table(&rows));
+    }
+    Ok(())
+}
+
+fn state_name(state: StateArg) -> &'static str {
+    match state {
+        StateArg::Pending => "pending",
+        StateArg::Delivered => "delivered",
+        StateArg::Dead => "dead",
+        StateArg::Stored => "stored",
+    }
+}
+
+fn purge(config: &Config, older_than: Duration, source: Option<&str>) -> anyhow::Result<()> {
+    let mut conn = hookbox::store::open_for_cli(&config.server.database)?;
+    let older_than_ms = i64::try_from(older_than.as_millis())
+        .map_err(|_| anyhow::anyhow!("--older-than is too long"))?;
+    let before = hookbox::clock::now_ms().saturating_sub(older_than_ms);
+    let n = retention::purge_dead(&mut conn, before, source)?;
+    println!("{n} dead event(s) purged");
+    Ok(())
 }

@@ -11,8 +11,11 @@
 //! the four common providers, each enabled when its secret is in the
 //! environment.
 
+mod admin;
+mod catchup;
 mod deliver;
 mod duration;
+mod ops;
 mod secret;
 
 use std::collections::HashSet;
@@ -23,7 +26,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use admin::{AdminConfig, RawAdmin};
+pub use catchup::{
+    AppId, GithubRedeliveryConfig, HookTarget, RawGithubRedelivery, RawStripeBackfill,
+    StripeBackfillConfig,
+};
 pub use deliver::{DeliverConfig, Destination, RawDeliver};
+pub use ops::{BackupConfig, RetentionConfig};
 pub use secret::Secret;
 
 /// Where the config is looked for when `--config` is not given.
@@ -40,6 +49,12 @@ pub const DEFAULT_MAX_BODY_BYTES: u64 = 25 * 1024 * 1024;
 pub struct RawConfig {
     #[serde(default)]
     pub server: RawServer,
+    #[serde(default)]
+    pub admin: RawAdmin,
+    #[serde(default)]
+    pub retention: RetentionConfig,
+    #[serde(default)]
+    pub backup: BackupConfig,
     #[serde(default)]
     pub sources: Vec<RawSource>,
 }
@@ -139,6 +154,12 @@ pub struct RawSource {
     /// Where events go; without it they are kept as `stored`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deliver: Option<RawDeliver>,
+    /// Only for `kind = "github"`: ask GitHub to redeliver failed deliveries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github_redelivery: Option<RawGithubRedelivery>,
+    /// Only for `kind = "stripe"`: fetch missed events from Stripe's API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stripe_backfill: Option<RawStripeBackfill>,
 }
 
 impl fmt::Debug for RawSource {
@@ -154,6 +175,8 @@ impl fmt::Debug for RawSource {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("hmac", &self.hmac)
             .field("deliver", &self.deliver)
+            .field("github_redelivery", &self.github_redelivery)
+            .field("stripe_backfill", &self.stripe_backfill)
             .finish()
     }
 }
@@ -218,6 +241,9 @@ fn default_database() -> PathBuf {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: RawServer,
+    pub admin: AdminConfig,
+    pub retention: RetentionConfig,
+    pub backup: BackupConfig,
     pub sources: Vec<SourceConfig>,
     /// Where this config came from, for logs and `hookbox check`.
     pub origin: String,
@@ -239,6 +265,8 @@ pub struct SourceConfig {
     pub hmac: Option<HmacConfig>,
     /// `None`: events are stored for the API, not dispatched.
     pub deliver: Option<DeliverConfig>,
+    pub github_redelivery: Option<GithubRedeliveryConfig>,
+    pub stripe_backfill: Option<StripeBackfillConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -351,6 +379,8 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 max_body_bytes: None,
                 hmac: None,
                 deliver: None,
+                github_redelivery: None,
+                stripe_backfill: None,
             });
         } else {
             disabled.push((name, var.to_owned()));
@@ -380,6 +410,8 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
     if server.listen == server.admin_listen && server.listen.port() != 0 {
         problems.push("server.admin_listen: must differ from server.listen".to_owned());
     }
+    ops::validate(&raw.retention, &raw.backup, &mut problems);
+    let admin = admin::validate(&raw.admin, &mut problems);
 
     let mut names = HashSet::new();
     let mut sources = Vec::new();
@@ -404,6 +436,9 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
     if problems.is_empty() {
         Ok(Config {
             server: raw.server.clone(),
+            admin,
+            retention: raw.retention.clone(),
+            backup: raw.backup.clone(),
             sources,
             origin,
             disabled_defaults: Vec::new(),
@@ -476,6 +511,26 @@ fn validate_source(
         .deliver
         .as_ref()
         .and_then(|d| deliver::validate(d, &format!("{at}.deliver"), problems));
+    let github_redelivery = match (&src.github_redelivery, src.kind) {
+        (Some(g), Kind::Github) => {
+            catchup::validate_github(g, &format!("{at}.github_redelivery"), problems)
+        }
+        (Some(_), _) => {
+            problems.push(format!("{at}.github_redelivery: only for kind \"github\""));
+            None
+        }
+        (None, _) => None,
+    };
+    let stripe_backfill = match (&src.stripe_backfill, src.kind) {
+        (Some(s), Kind::Stripe) => {
+            catchup::validate_stripe(s, &format!("{at}.stripe_backfill"), problems)
+        }
+        (Some(_), _) => {
+            problems.push(format!("{at}.stripe_backfill: only for kind \"stripe\""));
+            None
+        }
+        (None, _) => None,
+    };
     (problems.len() == before).then(|| SourceConfig {
         name: src.name.clone(),
         kind: src.kind,
@@ -485,6 +540,8 @@ fn validate_source(
         max_body_bytes: src.max_body_bytes.unwrap_or(server.max_body_bytes),
         hmac,
         deliver,
+        github_redelivery,
+        stripe_backfill,
     })
 }
 
@@ -612,12 +669,19 @@ impl Config {
     /// `[redacted]` (references like `env:NAME` are shown: they are not secret).
     pub fn redacted_toml(&self) -> String {
         let mut raw = self.raw.clone();
+        admin::redact(&mut raw.admin);
         for src in &mut raw.sources {
             for s in &mut src.secrets {
                 *s = secret::describe(s);
             }
             if let Some(d) = &mut src.deliver {
                 deliver::redact(d);
+            }
+            if let Some(g) = &mut src.github_redelivery {
+                catchup::redact_github(g);
+            }
+            if let Some(s) = &mut src.stripe_backfill {
+                catchup::redact_stripe(s);
             }
         }
         toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Deliverer, Job, Outcome, backoff};
 use crate::clock;
 use crate::config::{Config, DeliverConfig};
+use crate::metrics::{AttemptOutcome, LaneMetrics, Metrics};
 use crate::store::command::Claims;
 use crate::store::dispatch::{AttemptRecord, Claimed, Settled};
 use crate::store::{StoreError, WriterHandle};
@@ -54,6 +55,7 @@ struct Lane {
     deliverer: Arc<Deliverer>,
     queued: VecDeque<Claimed>,
     in_flight: usize,
+    metrics: LaneMetrics,
 }
 
 impl Lane {
@@ -77,6 +79,7 @@ impl Dispatcher {
         config: &Config,
         writer: WriterHandle,
         wake: Arc<Notify>,
+        metrics: &Metrics,
     ) -> anyhow::Result<Option<Self>> {
         let client = super::url::client().context("building the HTTP client for deliveries")?;
         let lanes: HashMap<String, Lane> = config
@@ -89,6 +92,7 @@ impl Dispatcher {
                     config: cfg,
                     queued: VecDeque::new(),
                     in_flight: 0,
+                    metrics: metrics.lane(&name),
                 };
                 (name, lane)
             })
@@ -231,6 +235,7 @@ impl Dispatcher {
         lane.in_flight += 1;
         let deliverer = lane.deliverer.clone();
         let config = lane.config.clone();
+        let metrics = lane.metrics.clone();
         let writer = self.writer.clone();
         async move {
             let job = job(claimed);
@@ -253,6 +258,12 @@ impl Dispatcher {
                 }
             };
             log_attempt(&job, &attempt, settled);
+            let outcome = match settled {
+                Settled::Delivered => AttemptOutcome::Delivered,
+                Settled::Retry(_) => AttemptOutcome::Retry,
+                Settled::Dead => AttemptOutcome::Dead,
+            };
+            metrics.attempt(outcome, attempt.duration);
             let record = AttemptRecord {
                 event_id: job.event_id,
                 attempt: job.attempt,

@@ -19,7 +19,7 @@ pub mod verify;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::body::Body;
@@ -34,6 +34,7 @@ use tokio::sync::Notify;
 use crate::clock;
 use crate::config::{Config, Kind, SourceConfig};
 use crate::error::ApiError;
+use crate::metrics::{Metrics, SourceMetrics};
 use crate::store::models::{Inserted, NewEvent, Origin, State as EventState};
 use crate::store::{StoreError, WriterHandle};
 use payload::{Identified, IdentifyError, Inbound};
@@ -53,6 +54,7 @@ pub struct Source {
     /// Whether events go on to a destination (`pending`) or are only kept
     /// (`stored`).
     delivers: bool,
+    metrics: SourceMetrics,
 }
 
 enum Verifier {
@@ -66,7 +68,7 @@ enum Verifier {
 }
 
 impl Source {
-    pub fn new(cfg: &SourceConfig) -> Self {
+    pub fn new(cfg: &SourceConfig, metrics: SourceMetrics) -> Self {
         let tolerance = cfg.tolerance.as_secs() as i64;
         let secrets = &cfg.secrets;
         let owned = |names: &[&str]| names.iter().map(|h| (*h).to_owned()).collect();
@@ -111,6 +113,7 @@ impl Source {
             max_body_bytes: cfg.max_body_bytes,
             keep_headers,
             delivers: cfg.deliver.is_some(),
+            metrics,
         }
     }
 
@@ -200,30 +203,84 @@ pub struct Receiver {
     body_timeout: Duration,
     /// Wakes the dispatcher when a new event is pending.
     dispatch: Arc<Notify>,
+    /// Counts requests to names no source answers, under one label.
+    unknown: SourceMetrics,
 }
 
 impl Receiver {
-    pub fn new(config: &Config, writer: WriterHandle, dispatch: Arc<Notify>) -> Self {
+    pub fn new(
+        config: &Config,
+        writer: WriterHandle,
+        dispatch: Arc<Notify>,
+        metrics: &Metrics,
+    ) -> Self {
         let sources = config
             .sources
             .iter()
-            .map(|cfg| (cfg.name.clone(), Source::new(cfg)))
+            .map(|cfg| {
+                (
+                    cfg.name.clone(),
+                    Source::new(cfg, metrics.source(&cfg.name)),
+                )
+            })
             .collect();
         Receiver {
             sources: Arc::new(sources),
             writer,
             body_timeout: config.server.body_timeout,
             dispatch,
+            unknown: metrics.unknown_source(),
         }
     }
 }
 
-/// `POST /hooks/{source}`
+/// What a stored (or answered) request became.
+enum Answer {
+    Accepted(i64),
+    Duplicate(i64),
+    Challenge(String),
+}
+
+/// `POST /hooks/{source}`: [`handle`], counted and timed.
 pub async fn receive(
     State(rx): State<Receiver>,
     Path(name): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let Some(source) = rx.sources.get(&name) else {
+        rx.unknown
+            .rejected(ApiError::UnknownSource.reason(), started.elapsed());
+        return Err(ApiError::UnknownSource);
+    };
+    let metrics = &source.metrics;
+    let answer = handle(&rx, name, request).await;
+    let took = started.elapsed();
+    match &answer {
+        Ok(Answer::Accepted(_)) => metrics.accepted(took),
+        Ok(Answer::Duplicate(_)) => metrics.duplicate(took),
+        Ok(Answer::Challenge(_)) => metrics.challenge(took),
+        Err(e) => metrics.rejected(e.reason(), took),
+    }
+    Ok(match answer? {
+        Answer::Accepted(id) => (
+            StatusCode::ACCEPTED,
+            Json(json!({ "status": "accepted", "id": id })),
+        )
+            .into_response(),
+        Answer::Duplicate(id) => (
+            StatusCode::OK,
+            Json(json!({ "status": "duplicate", "id": id })),
+        )
+            .into_response(),
+        Answer::Challenge(challenge) => {
+            (StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response()
+        }
+    })
+}
+
+/// Reads, verifies, identifies and stores one request.
+async fn handle(rx: &Receiver, name: String, request: Request) -> Result<Answer, ApiError> {
     let source = rx.sources.get(&name).ok_or(ApiError::UnknownSource)?;
     let (parts, body) = request.into_parts();
     let body = read_body(body, &parts.headers, source.max_body_bytes, rx.body_timeout).await?;
@@ -243,9 +300,7 @@ pub async fn receive(
         tracing::info!(source = %source.name, reason = e.reason(), "refused a delivery");
     })?;
     let event = match examined {
-        Examined::Challenge(challenge) => {
-            return Ok((StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response());
-        }
+        Examined::Challenge(challenge) => return Ok(Answer::Challenge(challenge)),
         Examined::Event(event) => event,
     };
     match rx.writer.insert(event).await {
@@ -254,19 +309,11 @@ pub async fn receive(
             if source.delivers {
                 rx.dispatch.notify_one();
             }
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({ "status": "accepted", "id": id })),
-            )
-                .into_response())
+            Ok(Answer::Accepted(id))
         }
         Ok(Inserted::Duplicate(id)) => {
             tracing::debug!(source = %source.name, event.id = id, "duplicate");
-            Ok((
-                StatusCode::OK,
-                Json(json!({ "status": "duplicate", "id": id })),
-            )
-                .into_response())
+            Ok(Answer::Duplicate(id))
         }
         Err(e) => {
             // The writer logs commit failures once per group; overload is

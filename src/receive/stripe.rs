@@ -69,22 +69,29 @@ impl Stripe {
     }
 
     pub fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
-        let json = req.json().ok_or(IdentifyError::InvalidJson)?;
-        let text = |key: &str| {
-            json.get(key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
-        let id = match (text("account"), text("id")) {
-            (Some(account), Some(id)) => Some(format!("{account}/{id}")),
-            (None, id) => id.map(str::to_owned),
-            (Some(_), None) => None,
-        };
-        Ok(Identified::Event(Identity {
-            delivery_id: delivery_id(id.as_deref())?,
-            event_type: text("type").map(str::to_owned),
-        }))
+        identify(req)
     }
+}
+
+/// The dedupe key and type of a Stripe event body: its `id`, qualified as
+/// `account/id` for Connect events. Also used for events the catch-up job
+/// fetches, so a pushed and a fetched copy share one key.
+pub fn identify(req: &Inbound) -> Result<Identified, IdentifyError> {
+    let json = req.json().ok_or(IdentifyError::InvalidJson)?;
+    let text = |key: &str| {
+        json.get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let id = match (text("account"), text("id")) {
+        (Some(account), Some(id)) => Some(format!("{account}/{id}")),
+        (None, id) => id.map(str::to_owned),
+        (Some(_), None) => None,
+    };
+    Ok(Identified::Event(Identity {
+        delivery_id: delivery_id(id.as_deref())?,
+        event_type: text("type").map(str::to_owned),
+    }))
 }
 
 #[cfg(test)]

@@ -31,6 +31,10 @@ const INTERVAL: Duration = Duration::from_millis(100);
 /// the WAL can start over: 64 MiB.
 const RESTART_PAGES: i64 = 16_384;
 
+/// How long a restart waits for the writer and readers before giving up
+/// until the next round.
+const RESTART_WAIT: Duration = Duration::from_millis(50);
+
 /// Passive rounds tried before a restart to shrink what it must copy.
 const CATCH_UP_ROUNDS: usize = 8;
 
@@ -59,7 +63,10 @@ pub fn spawn(path: &Path) -> anyhow::Result<(Nudge, JoinHandle<()>)> {
     // Whatever the durability: the WAL is synced before its pages are
     // copied and the database after, so a checkpoint never loses a commit.
     conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+    // A RESTART holds new writes back while it waits for readers; a long
+    // read (a backup, an admin query) must not hold ingest back with it.
+    // If readers are still busy, the next round tries again.
+    conn.busy_timeout(RESTART_WAIT)?;
     let (tx, rx) = mpsc::sync_channel(1);
     let join = std::thread::Builder::new()
         .name("store-checkpoint".into())

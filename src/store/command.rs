@@ -9,10 +9,12 @@
 use rusqlite::Transaction;
 use tokio::sync::oneshot;
 
+use super::catchup::{self as catchup_sql, Done as CatchupDone, Op as CatchupOp};
 use super::dispatch::{self, AttemptRecord, Claimed, ReplayFilter};
 use super::ingest;
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
+use super::retention::{self, PruneBatch, Pruned};
 use super::writer::StoreError;
 
 /// Due events handed to the dispatcher, and when to look again.
@@ -32,6 +34,12 @@ pub enum WriteCmd {
     /// Proves the thread is alive and the database takes a commit.
     Ping {
         reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// A catch-up job's bookkeeping: its lock, its runs, its redelivery
+    /// requests, its mark.
+    Catchup {
+        op: CatchupOp,
+        reply: oneshot::Sender<Result<CatchupDone, StoreError>>,
     },
     /// Leases up to `limit` due events of each source.
     Claim {
@@ -54,13 +62,22 @@ pub enum WriteCmd {
         now: i64,
         reply: oneshot::Sender<Result<usize, StoreError>>,
     },
+    /// Retention: deletes rows or drops bodies past their window. Answered
+    /// once durable, and only then are deleted keys forgotten, in the same
+    /// order as inserts remember theirs.
+    Prune {
+        batch: PruneBatch,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
 }
 
 /// What one command did inside the transaction, before it was durable.
 pub enum Applied {
     Inserted(Inserted),
+    Catchup(CatchupDone),
     Claimed(Claims),
     Replayed(usize),
+    Pruned(Pruned),
     Done,
 }
 
@@ -69,6 +86,7 @@ impl WriteCmd {
     pub(super) fn apply(&self, tx: &Transaction) -> anyhow::Result<Applied> {
         Ok(match self {
             WriteCmd::Insert { event, .. } => Applied::Inserted(ingest::insert(tx, event)?),
+            WriteCmd::Catchup { op, .. } => Applied::Catchup(catchup_sql::apply(tx, op)?),
             WriteCmd::Ping { .. } => {
                 ingest::heartbeat(tx)?;
                 Applied::Done
@@ -109,6 +127,7 @@ impl WriteCmd {
             WriteCmd::Replay { filter, now, .. } => {
                 Applied::Replayed(dispatch::replay(tx, filter, *now)?)
             }
+            WriteCmd::Prune { batch, .. } => Applied::Pruned(retention::apply(tx, batch)?),
         })
     }
 
@@ -130,7 +149,14 @@ impl WriteCmd {
             (WriteCmd::Claim { reply, .. }, Applied::Claimed(claims)) => {
                 drop(reply.send(Ok(claims)))
             }
+            (WriteCmd::Catchup { reply, .. }, Applied::Catchup(done)) => drop(reply.send(Ok(done))),
             (WriteCmd::Replay { reply, .. }, Applied::Replayed(n)) => drop(reply.send(Ok(n))),
+            (WriteCmd::Prune { reply, .. }, Applied::Pruned(pruned)) => {
+                for (source, delivery_id) in &pruned.keys {
+                    recent.forget(source, delivery_id);
+                }
+                drop(reply.send(Ok(pruned.rows)))
+            }
             (WriteCmd::Ping { reply }, _) | (WriteCmd::Release { reply, .. }, _) => {
                 drop(reply.send(Ok(())))
             }
@@ -148,7 +174,10 @@ impl WriteCmd {
                 drop(reply.send(Err(err)))
             }
             WriteCmd::Claim { reply, .. } => drop(reply.send(Err(err))),
-            WriteCmd::Replay { reply, .. } => drop(reply.send(Err(err))),
+            WriteCmd::Catchup { reply, .. } => drop(reply.send(Err(err))),
+            WriteCmd::Replay { reply, .. } | WriteCmd::Prune { reply, .. } => {
+                drop(reply.send(Err(err)))
+            }
             WriteCmd::Record { record, .. } => {
                 // The event stays leased; when the lease runs out it is
                 // delivered again.

@@ -195,6 +195,10 @@ pub struct ReplayFilter {
     pub source: Option<String>,
     /// `dead` or `delivered`; `None` means both.
     pub state: Option<String>,
+    /// Only events received at or after this (unix ms).
+    pub since: Option<i64>,
+    /// Only events received before this (unix ms).
+    pub until: Option<i64>,
 }
 
 /// Puts matching events back to `pending`, attempts reset, due now. Only
@@ -208,9 +212,18 @@ pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Res
          WHERE state IN ('dead', 'delivered')
            AND (?1 IS NULL OR id = ?1)
            AND (?2 IS NULL OR source = ?2)
-           AND (?3 IS NULL OR state = ?3)",
+           AND (?3 IS NULL OR state = ?3)
+           AND (?5 IS NULL OR received_at >= ?5)
+           AND (?6 IS NULL OR received_at < ?6)",
     )?
-    .execute(params![filter.id, filter.source, filter.state, now])
+    .execute(params![
+        filter.id,
+        filter.source,
+        filter.state,
+        now,
+        filter.since,
+        filter.until
+    ])
     .context("replaying events")
 }
 
@@ -303,6 +316,31 @@ mod tests {
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 1);
+    }
+
+    #[test]
+    fn replay_by_time_range_moves_only_events_received_in_it() {
+        let conn = db();
+        let ids: Vec<i64> = (0..4)
+            .map(|i| add(&conn, &format!("t{i}"), None, i * 100))
+            .collect();
+        conn.execute("UPDATE events SET state = 'dead'", [])
+            .unwrap();
+        let filter = ReplayFilter {
+            state: Some("dead".into()),
+            since: Some(100),
+            until: Some(300),
+            ..ReplayFilter::default()
+        };
+        assert_eq!(replay(&conn, &filter, 1000).unwrap(), 2);
+        let pending: Vec<i64> = conn
+            .prepare("SELECT id FROM events WHERE state = 'pending' ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(pending, &ids[1..3]);
     }
 
     #[test]

@@ -6,12 +6,17 @@
 //! Nothing else in hookbox opens the database for writing, so our own
 //! writes never meet `SQLITE_BUSY` and inserts can be committed in groups.
 
+pub mod backup;
+pub mod catchup;
 mod checkpoint;
 pub mod command;
 pub mod dispatch;
 mod ingest;
+pub mod listing;
 pub mod models;
+pub mod queries;
 mod recent;
+pub mod retention;
 pub mod schema;
 mod syncer;
 pub mod writer;
@@ -27,6 +32,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::config::Durability;
+use crate::metrics::WriterMetrics;
 pub use writer::{StoreError, WriterHandle};
 
 /// How long a reader waits for a lock before giving up.
@@ -37,6 +43,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Store {
     pool: r2d2::Pool<SqliteConnectionManager>,
     path: PathBuf,
+    /// What the writer thread observes per group, for `/metrics`.
+    writer_metrics: WriterMetrics,
 }
 
 /// The writer thread, to be joined at shutdown once every handle is gone.
@@ -67,7 +75,9 @@ pub fn open(
     }
     let poisoned = Arc::new(AtomicBool::new(false));
     let recent = Arc::new(recent::RecentKeys::default());
+    let writer_metrics = WriterMetrics::default();
     let helpers = writer::Helpers {
+        metrics: writer_metrics.clone(),
         checkpointer: checkpoint::spawn(path)?,
         syncer: match durability {
             Durability::Full => Some(syncer::spawn(path, poisoned.clone(), recent.clone())?),
@@ -94,6 +104,7 @@ pub fn open(
     let store = Store {
         pool,
         path: path.to_path_buf(),
+        writer_metrics,
     };
     Ok((store, writer, WriterThread(join)))
 }
@@ -164,9 +175,36 @@ pub fn open_for_cli(path: &Path) -> anyhow::Result<Connection> {
     Ok(conn)
 }
 
+/// A read-only connection for a CLI command that only looks (`hookbox
+/// events`, `hookbox backup`): it never takes a write lock, so it works the
+/// same whether or not the server runs, and it cannot change a row.
+pub fn open_read_only(path: &Path) -> anyhow::Result<Connection> {
+    anyhow::ensure!(path.exists(), "no database at {}", path.display());
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("opening the database {} read-only", path.display()))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "query_only", "ON")?;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .with_context(|| format!("reading the schema version of {}", path.display()))?;
+    anyhow::ensure!(
+        version == schema::SCHEMA_VERSION,
+        "the database is at schema version {version}, this hookbox expects {}; run `hookbox serve` once to migrate",
+        schema::SCHEMA_VERSION
+    );
+    Ok(conn)
+}
+
 impl Store {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn writer_metrics(&self) -> &WriterMetrics {
+        &self.writer_metrics
     }
 
     /// Runs `f` on a pooled read-only connection on the blocking pool.

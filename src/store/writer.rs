@@ -33,7 +33,9 @@ use super::command::{Claims, WriteCmd};
 use super::dispatch::{AttemptRecord, ReplayFilter};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
+use super::retention::PruneBatch;
 use super::syncer::Syncer;
+use crate::metrics::WriterMetrics;
 
 /// Most commands in one transaction: bounds how long the first waiter of a
 /// group waits for the last one's work.
@@ -81,6 +83,20 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// A catch-up job's write, answered once durable. Waits for room in
+    /// the queue: the job is in no hurry, and ingest comes first.
+    pub async fn catchup(
+        &self,
+        op: super::catchup::Op,
+    ) -> Result<super::catchup::Done, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(WriteCmd::Catchup { op, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
     /// Leases up to the given number of due events of each source.
     pub async fn claim(
         &self,
@@ -122,6 +138,18 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Prunes a retention batch, durably; returns how many rows changed.
+    /// Waits for room in the queue rather than fail: retention is never
+    /// in a hurry, and it yields to ingest by queueing behind it.
+    pub async fn prune(&self, batch: PruneBatch) -> Result<usize, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(WriteCmd::Prune { batch, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
     fn send(&self, cmd: WriteCmd) -> Result<(), StoreError> {
         self.tx.try_send(cmd).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
@@ -132,6 +160,8 @@ impl WriterHandle {
 
 /// The threads the writer owns and stops, in order, when it stops.
 pub struct Helpers {
+    /// Batch size and commit time, observed once per group.
+    pub metrics: WriterMetrics,
     pub checkpointer: (Nudge, JoinHandle<()>),
     /// `None` with `durability = "normal"`: answers go out after the commit.
     pub syncer: Option<(Syncer, JoinHandle<()>)>,
@@ -222,7 +252,14 @@ impl Writer {
             }
             return;
         }
-        match self.apply(batch) {
+        let started = Instant::now();
+        let applied = self.apply(batch);
+        self.helpers.metrics.batch_size.observe(batch.len() as f64);
+        self.helpers
+            .metrics
+            .commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+        match applied {
             Ok(results) => {
                 self.recovered();
                 self.helpers.checkpointer.0.nudge();

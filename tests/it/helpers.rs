@@ -16,6 +16,8 @@ use hookbox::config;
 pub struct TestApp {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The bearer token the admin listener requires ([`ADMIN_TOKEN`]).
+    pub admin_token: String,
     pub client: reqwest::Client,
     pub db_path: PathBuf,
     pub dir: TempDir,
@@ -32,6 +34,9 @@ secrets = ["test-secret"]
 "#;
 
 pub const GITHUB_SECRET: &str = "test-secret";
+
+/// The admin token every TestApp is configured with.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
 impl TestApp {
     /// Starts hookbox with `sources` (TOML `[[sources]]` tables) and any
@@ -52,7 +57,7 @@ impl TestApp {
         }
         let db_path = dir.path().join("hookbox.db");
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n{sources}",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
             db_path.display().to_string()
         );
         let config = config::from_toml(&text, "test".into()).unwrap();
@@ -64,6 +69,7 @@ impl TestApp {
         TestApp {
             addr,
             admin_addr,
+            admin_token: ADMIN_TOKEN.to_owned(),
             client: reqwest::Client::new(),
             db_path,
             dir,
@@ -74,6 +80,31 @@ impl TestApp {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin_addr, path)
+    }
+
+    /// GETs `path` on the admin listener with the token.
+    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.admin_url(path))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// POSTs `body` as JSON to `path` on the admin listener with the token.
+    pub async fn admin_post(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        self.client
+            .post(self.admin_url(path))
+            .bearer_auth(&self.admin_token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// Stops the server the way SIGTERM does and waits for it.
@@ -142,7 +173,7 @@ impl TestApp {
             hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
         }
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n{sources}",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
             db_path.display().to_string()
         );
         let config = config::from_toml(&text, "test".into()).unwrap();
@@ -154,6 +185,7 @@ impl TestApp {
         TestApp {
             addr,
             admin_addr,
+            admin_token: ADMIN_TOKEN.to_owned(),
             client: reqwest::Client::new(),
             db_path,
             dir,

@@ -1,7 +1,14 @@
+mod admin;
+mod backup;
+mod catchup;
 mod cli;
 mod crash;
 mod deliver;
 mod deliver_crash;
+mod events;
 mod helpers;
+mod metrics;
 mod receive;
+mod retention;
 mod storage;
+mod systemd;

@@ -1,0 +1,364 @@
+//! `/api/events` (list, show), `/api/events/{id}/replay` and `/api/replay`.
+//!
+//! Times in and out are unix milliseconds; `since` and `until` also take
+//! RFC 3339 (`2026-01-31T12:00:00Z`). Replay never creates a row: it puts
+//! `dead` or `delivered` events back to `pending` through the writer, with
+//! attempts reset, and wakes the dispatcher.
+
+use std::time::UNIX_EPOCH;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{AdminState, parse_limit};
+use crate::clock;
+use crate::error::ApiError;
+use crate::store::StoreError;
+use crate::store::dispatch::ReplayFilter;
+use crate::store::queries::{self, AttemptRow, EventFilter, EventSummary, STATES};
+
+/// `GET /api/events` parameters, as sent: parsed by [`ListParams::filter`]
+/// so each problem gets its own message.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    source: Option<String>,
+    state: Option<String>,
+    event_type: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<String>,
+    before: Option<String>,
+}
+
+impl ListParams {
+    fn filter(self) -> Result<EventFilter, ApiError> {
+        if let Some(state) = &self.state
+            && !STATES.contains(&state.as_str())
+        {
+            return Err(invalid(format!(
+                "state: must be one of {}",
+                STATES.join(", ")
+            )));
+        }
+        let before = match self.before.as_deref() {
+            None => None,
+            Some(v) => Some(
+                v.parse::<i64>()
+                    .ok()
+                    .filter(|id| *id > 0)
+                    .ok_or_else(|| invalid("before: must be an event id (a positive integer)"))?,
+            ),
+        };
+        Ok(EventFilter {
+            since: self
+                .since
+                .as_deref()
+                .map(|v| parse_time("since", v))
+                .transpose()?,
+            until: self
+                .until
+                .as_deref()
+                .map(|v| parse_time("until", v))
+                .transpose()?,
+            limit: parse_limit(self.limit.as_deref())?,
+            before,
+            source: self.source,
+            state: self.state,
+            event_type: self.event_type,
+        })
+    }
+}
+
+fn invalid(detail: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_filter", detail)
+}
+
+/// Unix milliseconds, or an RFC 3339 time.
+fn parse_time(key: &str, value: &str) -> Result<i64, ApiError> {
+    if let Ok(ms) = value.parse::<i64>() {
+        return Ok(ms);
+    }
+    humantime::parse_rfc3339_weak(value)
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .ok_or_else(|| {
+            invalid(format!(
+                "{key}: must be unix milliseconds or an RFC 3339 time (2026-01-31T12:00:00Z)"
+            ))
+        })
+}
+
+/// `GET /api/events`: newest first; pass `next_before` back as `before`
+/// for the next page.
+pub async fn list(
+    State(st): State<AdminState>,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Json<queries::EventPage>, ApiError> {
+    let Query(params) = params.map_err(|e| invalid(e.body_text()))?;
+    let filter = params.filter()?;
+    let page = st
+        .store
+        .read(move |c| queries::list_events(c, &filter))
+        .await?;
+    Ok(Json(page))
+}
+
+/// An event as `GET /api/events/{id}` shows it.
+#[derive(Serialize)]
+struct Detail {
+    #[serde(flatten)]
+    summary: EventSummary,
+    order_key: Option<String>,
+    content_type: Option<String>,
+    lease_until: Option<i64>,
+    headers: Value,
+    /// `null` once retention has dropped it.
+    body: Option<Body>,
+    attempt_log: Vec<AttemptRow>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "encoding", rename_all = "lowercase")]
+enum Body {
+    Utf8 { text: String },
+    Base64 { data: String },
+}
+
+impl Body {
+    fn new(bytes: Vec<u8>) -> Self {
+        match String::from_utf8(bytes) {
+            Ok(text) => Body::Utf8 { text },
+            Err(e) => Body::Base64 {
+                data: base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
+            },
+        }
+    }
+}
+
+/// `GET /api/events/{id}`
+pub async fn show(
+    State(st): State<AdminState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let detail = st
+        .store
+        .read(move |c| queries::event_detail(c, id))
+        .await?
+        .ok_or(ApiError::NotFound("unknown_event"))?;
+    let shown = Detail {
+        summary: detail.summary,
+        order_key: detail.order_key,
+        content_type: detail.content_type,
+        lease_until: detail.lease_until,
+        headers: detail.headers,
+        body: detail.body.map(Body::new),
+        attempt_log: detail.attempts,
+    };
+    Ok(Json(
+        serde_json::to_value(shown).map_err(anyhow::Error::from)?,
+    ))
+}
+
+/// An id in a path: anything but a positive integer names no event.
+fn parse_id(id: &str) -> Result<i64, ApiError> {
+    id.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or(ApiError::NotFound("unknown_event"))
+}
+
+/// `POST /api/events/{id}/replay`: 409 when the event is already pending
+/// or its source has no destination.
+pub async fn replay_one(
+    State(st): State<AdminState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let (source, state) = st
+        .store
+        .read(move |c| queries::event_state(c, id))
+        .await?
+        .ok_or(ApiError::NotFound("unknown_event"))?;
+    if !st.delivers(&source) {
+        return Err(ApiError::conflict(
+            "no_destination",
+            format!("source {source:?} has no destination in this config"),
+        ));
+    }
+    if !matches!(state.as_str(), "dead" | "delivered") {
+        return Err(not_replayable(id, &state));
+    }
+    let filter = ReplayFilter {
+        id: Some(id),
+        ..ReplayFilter::default()
+    };
+    let n = replay(&st, filter).await?;
+    if n == 0 {
+        // It moved (to pending, by another replay) since we looked.
+        return Err(not_replayable(id, "pending"));
+    }
+    Ok(Json(json!({ "replayed": n })))
+}
+
+fn not_replayable(id: i64, state: &str) -> ApiError {
+    let reason = if state == "pending" {
+        "already_pending"
+    } else {
+        "not_replayable"
+    };
+    ApiError::conflict(
+        reason,
+        format!("event {id} is {state}; only dead and delivered events can be replayed"),
+    )
+}
+
+/// `POST /api/replay` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayBody {
+    /// Required, so an empty body cannot re-deliver the whole inbox.
+    state: Option<String>,
+    source: Option<String>,
+    since: Option<TimeArg>,
+    until: Option<TimeArg>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum TimeArg {
+    Millis(i64),
+    Text(String),
+}
+
+impl TimeArg {
+    fn millis(&self, key: &str) -> Result<i64, ApiError> {
+        match self {
+            TimeArg::Millis(ms) => Ok(*ms),
+            TimeArg::Text(text) => parse_time(key, text),
+        }
+    }
+}
+
+/// `POST /api/replay`: every matching event of every source with a
+/// destination (or of `source`), answered with how many moved.
+pub async fn replay_many(
+    State(st): State<AdminState>,
+    body: Result<Json<ReplayBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
+    let state = match body.state.as_deref() {
+        Some(s @ ("dead" | "delivered")) => s.to_owned(),
+        _ => return Err(invalid("state: required, \"dead\" or \"delivered\"")),
+    };
+    let since = body.since.map(|t| t.millis("since")).transpose()?;
+    let until = body.until.map(|t| t.millis("until")).transpose()?;
+    let sources: Vec<String> = match body.source {
+        Some(source) if st.config.source(&source).is_none() => {
+            return Err(ApiError::NotFound("unknown_source"));
+        }
+        Some(source) if !st.delivers(&source) => {
+            return Err(ApiError::conflict(
+                "no_destination",
+                format!("source {source:?} has no destination in this config"),
+            ));
+        }
+        Some(source) => vec![source],
+        // Only sources that can deliver: events of one whose destination
+        // was removed would sit in pending for ever.
+        None => st
+            .config
+            .sources
+            .iter()
+            .filter(|s| s.deliver.is_some())
+            .map(|s| s.name.clone())
+            .collect(),
+    };
+    let mut replayed = 0;
+    for source in sources {
+        let filter = ReplayFilter {
+            source: Some(source),
+            state: Some(state.clone()),
+            since,
+            until,
+            ..ReplayFilter::default()
+        };
+        replayed += replay(&st, filter).await?;
+    }
+    Ok(Json(json!({ "replayed": replayed })))
+}
+
+/// Replays through the writer and wakes the dispatcher when anything moved.
+async fn replay(st: &AdminState, filter: ReplayFilter) -> Result<usize, ApiError> {
+    let n = st
+        .writer
+        .replay(filter, clock::now_ms())
+        .await
+        .map_err(|e| {
+            match &e {
+                StoreError::Overloaded => {}
+                other => tracing::warn!(error = %other, "replay failed"),
+            }
+            ApiError::Unavailable
+        })?;
+    if n > 0 {
+        tracing::info!(events = n, "replayed through the admin API");
+        st.dispatch.notify_one();
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_text_when_utf8_and_base64_otherwise() {
+        let text = serde_json::to_value(Body::new(b"{\"a\":1}".to_vec())).unwrap();
+        assert_eq!(text, json!({"encoding": "utf8", "text": "{\"a\":1}"}));
+        let binary = serde_json::to_value(Body::new(vec![0xff, 0x00, 0x01])).unwrap();
+        assert_eq!(binary, json!({"encoding": "base64", "data": "/wAB"}));
+    }
+
+    #[test]
+    fn times_are_milliseconds_or_rfc3339() {
+        assert_eq!(
+            parse_time("since", "1700000000000").unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(
+            parse_time("since", "2023-11-14T22:13:20Z").unwrap(),
+            1_700_000_000_000
+        );
+        assert!(parse_time("since", "yesterday").is_err());
+    }
+
+    #[test]
+    fn each_bad_filter_is_named() {
+        let bad = |p: ListParams| match p.filter() {
+            Err(ApiError::BadRequest { detail, .. }) => detail,
+            other => panic!("{other:?}"),
+        };
+        let state = bad(ListParams {
+            state: Some("gone".into()),
+            ..ListParams::default()
+        });
+        assert!(state.starts_with("state:"), "{state}");
+        let before = bad(ListParams {
+            before: Some("abc".into()),
+            ..ListParams::default()
+        });
+        assert!(before.starts_with("before:"), "{before}");
+        let until = bad(ListParams {
+            until: Some("soon".into()),
+            ..ListParams::default()
+        });
+        assert!(until.starts_with("until:"), "{until}");
+    }
+}

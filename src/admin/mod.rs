@@ -1,0 +1,192 @@
+//! The admin listener: the JSON API under `/api`, `/metrics`, and the
+//! bearer-token check in front of both.
+//!
+//! Every route here is behind [`require_token`]; `/healthz` and `/readyz`,
+//! which `crate::app` merges in afterwards, are not, so probes need no
+//! secret. A path that matches no route is a JSON 404 with or without a
+//! token: the routes are documented, so hiding them would protect nothing.
+//!
+//! Handlers read through [`crate::store::queries`] on the read pool and
+//! write only through the writer ([`WriterHandle::replay`]); none holds SQL.
+//! Errors are [`ApiError`]s: `{"error": reason, "detail": ...}`.
+
+pub mod events;
+pub mod metrics;
+pub mod stats;
+pub mod token;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::Notify;
+
+use crate::catchup::CatchupHandle;
+use crate::config::{Config, Secret};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::store::{Store, WriterHandle};
+
+/// Largest page `GET /api/events` and `GET /api/catch-up` return.
+pub const MAX_LIMIT: usize = 500;
+
+/// Page size when `limit` is not given.
+pub const DEFAULT_LIMIT: usize = 50;
+
+/// What the admin handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub writer: WriterHandle,
+    /// Wakes the dispatcher after a replay, so it starts within
+    /// milliseconds rather than at its idle recheck.
+    pub dispatch: Arc<Notify>,
+    pub metrics: Arc<Metrics>,
+    /// Runs a source's catch-up pass on demand.
+    pub catchup: CatchupHandle,
+}
+
+impl AdminState {
+    /// Whether `source` is configured with a destination.
+    fn delivers(&self, source: &str) -> bool {
+        self.config
+            .source(source)
+            .is_some_and(|s| s.deliver.is_some())
+    }
+}
+
+/// The SHA-256 of the token: requests are compared against it, so the
+/// comparison takes the same time whatever the length of what was sent.
+#[derive(Clone)]
+struct TokenDigest([u8; 32]);
+
+fn digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
+}
+
+/// The admin routes, each behind the token.
+pub fn router(state: AdminState, token: &Secret) -> Router {
+    let expected = TokenDigest(digest(token.expose().as_bytes()));
+    Router::new()
+        .route("/api/events", get(events::list))
+        .route("/api/events/{id}", get(events::show))
+        .route("/api/events/{id}/replay", post(events::replay_one))
+        .route("/api/replay", post(events::replay_many))
+        .route("/api/stats", get(stats::stats))
+        .route("/api/catch-up", get(stats::catch_up_runs))
+        .route("/api/sources/{name}/catch-up", post(stats::start_catch_up))
+        .route("/metrics", get(metrics::metrics))
+        .route_layer(middleware::from_fn_with_state(expected, require_token))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Lets a request through only with `Authorization: Bearer <token>`.
+async fn require_token(
+    State(expected): State<TokenDigest>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if authorized(request.headers(), &expected) {
+        next.run(request).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+fn authorized(headers: &axum::http::HeaderMap, expected: &TokenDigest) -> bool {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return false;
+    };
+    let Some((scheme, token)) = value.as_bytes().split_first_chunk::<7>() else {
+        return false;
+    };
+    // RFC 9110: the scheme is case-insensitive; one space follows it.
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return false;
+    }
+    let sent = digest(token.trim_ascii());
+    sent.ct_eq(&expected.0).into()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("not_found")
+}
+
+/// Parses `limit`: [`DEFAULT_LIMIT`] when absent, 1..=[`MAX_LIMIT`] otherwise.
+fn parse_limit(value: Option<&str>) -> Result<usize, ApiError> {
+    let Some(v) = value else {
+        return Ok(DEFAULT_LIMIT);
+    };
+    match v.parse::<usize>() {
+        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        Ok(_) => Err(ApiError::bad_request(
+            "invalid_filter",
+            format!("limit: must be between 1 and {MAX_LIMIT}"),
+        )),
+        Err(_) => Err(ApiError::bad_request(
+            "invalid_filter",
+            "limit: must be a whole number",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, HeaderValue};
+
+    use super::*;
+
+    fn with_auth(value: &[u8]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_bytes(value).unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn only_the_bearer_scheme_with_the_exact_token_passes() {
+        let expected = TokenDigest(digest(b"s3cret-token-value"));
+        assert!(authorized(
+            &with_auth(b"Bearer s3cret-token-value"),
+            &expected
+        ));
+        assert!(authorized(
+            &with_auth(b"bearer s3cret-token-value"),
+            &expected
+        ));
+        for bad in [
+            &b"Bearer s3cret-token-valuE"[..],
+            b"Bearer s3cret-token-value-and-more",
+            b"Bearer ",
+            b"Basic czNjcmV0LXRva2VuLXZhbHVl",
+            b"s3cret-token-value",
+            b"Bearers3cret-token-value",
+        ] {
+            assert!(
+                !authorized(&with_auth(bad), &expected),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert!(!authorized(&HeaderMap::new(), &expected));
+    }
+
+    #[test]
+    fn limits_default_and_stay_in_range() {
+        assert_eq!(parse_limit(None).unwrap(), DEFAULT_LIMIT);
+        assert_eq!(parse_limit(Some("500")).unwrap(), 500);
+        for bad in ["0", "501", "ten", "-1"] {
+            assert!(parse_limit(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The HTTP side of GitHub redelivery: headers and credentials (token or
+//! App JWT), error statuses turned into errors that say what to fix, rate
+//! limits (catchup-apis.md §1.8), `Link` headers and delivery times.
+
+use anyhow::{Context, bail};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::{Response, StatusCode};
+use serde::Serialize;
+
+use super::super::RateLimited;
+use crate::clock;
+use crate::config::{AppId, GithubRedeliveryConfig, HookTarget};
+
+pub const API_VERSION: &str = "2022-11-28";
+
+/// Adds GitHub's headers and fresh credentials, and sends.
+pub(super) async fn send(
+    cfg: &GithubRedeliveryConfig,
+    request: reqwest::RequestBuilder,
+) -> anyhow::Result<Response> {
+    let token = match &cfg.target {
+        HookTarget::Repo { token, .. } | HookTarget::Org { token, .. } => token.expose().to_owned(),
+        HookTarget::App {
+            app_id,
+            private_key,
+        } => app_jwt(app_id, private_key.expose(), clock::now_secs())?,
+    };
+    let mut auth = HeaderValue::from_str(&format!("Bearer {token}"))
+        .context("the token holds characters a header cannot")?;
+    auth.set_sensitive(true);
+    let mut headers = HeaderMap::new();
+    headers.insert(AUTHORIZATION, auth);
+    headers.insert(
+        ACCEPT,
+        HeaderValue::from_static("application/vnd.github+json"),
+    );
+    headers.insert(
+        "x-github-api-version",
+        HeaderValue::from_static(API_VERSION),
+    );
+    Ok(request.headers(headers).send().await?)
+}
+
+#[derive(Serialize)]
+struct Claims {
+    iat: i64,
+    exp: i64,
+    iss: String,
+}
+
+/// A GitHub App JWT (catchup-apis.md §1.7): RS256, issued 60 s in the past
+/// against clock drift, expiring 9 minutes from now (GitHub's limit is 10),
+/// issued by the App ID or its client ID, as a string (RFC 7519 makes
+/// `iss` a StringOrURI; GitHub takes the App ID either way).
+pub fn app_jwt(app_id: &AppId, pem: &str, now: i64) -> anyhow::Result<String> {
+    let claims = Claims {
+        iat: now - 60,
+        exp: now + 9 * 60,
+        iss: app_id.to_string(),
+    };
+    let key = jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes())
+        .context("reading the GitHub App's private key")?;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256),
+        &claims,
+        &key,
+    )
+    .context("signing the GitHub App JWT")
+}
+
+/// Turns an error status into an error that says what to fix.
+pub(super) async fn check(response: Response, doing: &str) -> anyhow::Result<Response> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    if let Some(limit) = rate_limited(&response) {
+        return Err(limit.into());
+    }
+    let permissions = response
+        .headers()
+        .get("x-accepted-github-permissions")
+        .and_then(|v| v.to_str().ok())
+        .map(|p| format!(" (the endpoint needs: {p})"))
+        .unwrap_or_default();
+    let body = excerpt(response).await;
+    let hint = match status {
+        StatusCode::UNAUTHORIZED => {
+            "the token or App key is wrong, expired or revoked (check github_redelivery.token / private_key)"
+        }
+        StatusCode::FORBIDDEN => "the token lacks the permission (Webhooks: read and write)",
+        StatusCode::NOT_FOUND => {
+            "no such hook, or the token may not administer it (GitHub answers 404 for both)"
+        }
+        _ => "unexpected answer",
+    };
+    bail!("GitHub answered {status} {doing}: {hint}{permissions}: {body}")
+}
+
+/// A primary or secondary rate limit (catchup-apis.md §1.8): 429, or 403
+/// with `x-ratelimit-remaining: 0` or a `retry-after`.
+pub(super) fn rate_limited(response: &Response) -> Option<RateLimited> {
+    let status = response.status();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let exhausted = header("x-ratelimit-remaining").as_deref() == Some("0");
+    let retry_after = header("retry-after");
+    let limited = status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::FORBIDDEN && (exhausted || retry_after.is_some()));
+    limited.then(|| RateLimited {
+        provider: "GitHub",
+        detail: match (retry_after, header("x-ratelimit-reset")) {
+            (Some(s), _) => format!("retry after {s}s"),
+            (None, Some(reset)) => format!("the limit resets at unix time {reset}"),
+            (None, None) => format!("status {status}"),
+        },
+    })
+}
+
+pub(super) async fn excerpt(response: Response) -> String {
+    let bytes = response.bytes().await.unwrap_or_default();
+    crate::dispatch::excerpt(&bytes[..bytes.len().min(300)])
+}
+
+/// The `rel="next"` URL of a `Link` header, exactly as written.
+pub fn next_link(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(reqwest::header::LINK)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|part| {
+            let (url, params) = part.trim().split_once(';')?;
+            let is_next = params.split(';').any(|p| {
+                let p = p.trim().replace(' ', "");
+                p == "rel=\"next\"" || p == "rel=next"
+            });
+            let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
+            is_next.then(|| url.to_owned())
+        })
+}
+
+/// An RFC 3339 time (`2024-05-01T12:00:00Z`, with an optional fraction and
+/// `Z` or `±HH:MM`) as unix milliseconds.
+pub fn parse_time(text: &str) -> Option<i64> {
+    let split = text
+        .len()
+        .checked_sub(6)
+        .filter(|i| text.is_char_boundary(*i))
+        .map(|i| text.split_at(i));
+    let (base, offset_secs) = match split {
+        Some((base, off))
+            if off.is_ascii()
+                && (off.starts_with('+') || off.starts_with('-'))
+                && &off[3..4] == ":" =>
+        {
+            let sign = if off.starts_with('-') { -1 } else { 1 };
+            let h: i64 = off[1..3].parse().ok()?;
+            let m: i64 = off[4..6].parse().ok()?;
+            (format!("{base}Z"), sign * (h * 3600 + m * 60))
+        }
+        _ => (text.to_owned(), 0),
+    };
+    let t = humantime::parse_rfc3339_weak(base.trim_end_matches('Z')).ok()?;
+    let ms = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
+    Some(ms - offset_secs * 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_links_are_taken_verbatim_from_among_the_others() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            reqwest::header::LINK,
+            HeaderValue::from_static(
+                "<https://api.github.com/repositories/1/hooks/2/deliveries?per_page=100&cursor=v1_9>; rel=\"next\", <https://x/prev>; rel=\"prev\"",
+            ),
+        );
+        assert_eq!(
+            next_link(&h).as_deref(),
+            Some(
+                "https://api.github.com/repositories/1/hooks/2/deliveries?per_page=100&cursor=v1_9"
+            )
+        );
+        h.insert(
+            reqwest::header::LINK,
+            HeaderValue::from_static("<https://x/prev>; rel=\"prev\""),
+        );
+        assert_eq!(next_link(&h), None);
+    }
+
+    #[test]
+    fn times_parse_with_z_fractions_and_offsets() {
+        let z = parse_time("2021-06-03T00:57:16Z").unwrap();
+        assert_eq!(z, 1_622_681_836_000);
+        assert_eq!(parse_time("2021-06-03T00:57:16.500Z"), Some(z + 500));
+        assert_eq!(parse_time("2021-06-03T02:57:16+02:00"), Some(z));
+        assert_eq!(parse_time("yesterday"), None);
+    }
+}

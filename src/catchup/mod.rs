@@ -1,0 +1,419 @@
+//! Catch-up: fetching what providers will not resend by themselves.
+//!
+//! Two jobs, one per source that configures it: [`github`] asks GitHub to
+//! redeliver the deliveries that never succeeded (GitHub never retries on
+//! its own), and [`stripe`] lists the events Stripe still keeps and inserts
+//! the ones the inbox lacks. [`run_once`] is one pass of a job, shared by
+//! the scheduler ([`CatchupHandle::run`]), the admin API
+//! ([`CatchupHandle::run_now`]) and `hookbox catch-up` ([`run_cli`]).
+//!
+//! A pass holds the job's lock in the database (`job_locks`), so a server
+//! and a CLI never run one job at once; the lock expires, and each step of
+//! the pass renews it, so a holder that died frees it within
+//! [`LOCK_TTL`]. Every pass is recorded in `catchup_runs`; the job's mark
+//! (`catchup_state`) advances only when the pass read its whole window and
+//! nothing in it is left to try again, so the next pass starts from it.
+
+mod db;
+pub mod github;
+mod report;
+pub mod stripe;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::clock;
+use crate::config::{Config, GithubRedeliveryConfig, StripeBackfillConfig};
+use crate::store::catchup::{self as sql, Done, Op, RunCounts};
+use crate::store::{Store, WriterHandle};
+pub use db::Db;
+pub use report::{RateLimited, Request, RunReport, Skipped};
+
+pub const GITHUB_JOB: &str = "github_redelivery";
+pub const STRIPE_JOB: &str = "stripe_backfill";
+
+/// How long a job lock holds without renewal. Each step of a pass renews
+/// it, so only a dead holder lets it run out.
+pub const LOCK_TTL: Duration = Duration::from_secs(10 * 60);
+
+/// When a pass finds its job running elsewhere, the scheduler looks again
+/// this soon (or at the interval, if that is shorter).
+const BUSY_RETRY: Duration = Duration::from_secs(60);
+
+/// What one HTTP exchange with a provider may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub enum JobSpec {
+    Github(Arc<GithubRedeliveryConfig>),
+    Stripe(Arc<StripeBackfillConfig>),
+}
+
+/// A source's catch-up job, with what it needs of the source.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub source: String,
+    pub spec: JobSpec,
+    /// Fetched events start `pending` when the source has a destination.
+    pub delivers: bool,
+    pub order_key: Vec<String>,
+}
+
+impl Job {
+    pub fn name(&self) -> &'static str {
+        match self.spec {
+            JobSpec::Github(_) => GITHUB_JOB,
+            JobSpec::Stripe(_) => STRIPE_JOB,
+        }
+    }
+
+    pub fn interval(&self) -> Duration {
+        match &self.spec {
+            JobSpec::Github(c) => c.interval,
+            JobSpec::Stripe(c) => c.interval,
+        }
+    }
+
+    fn lock_name(&self) -> String {
+        format!("catchup:{}:{}", self.source, self.name())
+    }
+}
+
+/// Every catch-up job the config sets up.
+pub fn jobs(config: &Config) -> Vec<Job> {
+    config
+        .sources
+        .iter()
+        .filter_map(|s| {
+            let spec = match (&s.github_redelivery, &s.stripe_backfill) {
+                (Some(g), _) => JobSpec::Github(Arc::new(g.clone())),
+                (None, Some(st)) => JobSpec::Stripe(Arc::new(st.clone())),
+                (None, None) => return None,
+            };
+            Some(Job {
+                source: s.name.clone(),
+                spec,
+                delivers: s.deliver.is_some(),
+                order_key: s.order_key.clone(),
+            })
+        })
+        .collect()
+}
+
+/// What a pass runs with: where it stores, and how it talks to providers.
+pub struct Runner {
+    pub db: Db,
+    pub client: reqwest::Client,
+}
+
+impl Runner {
+    pub fn new(db: Db) -> anyhow::Result<Runner> {
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("hookbox/", env!("CARGO_PKG_VERSION")))
+            .timeout(HTTP_TIMEOUT)
+            .connect_timeout(Duration::from_secs(10))
+            // Never carry a token to wherever a redirect points.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .context("building the HTTP client for catch-up")?;
+        Ok(Runner { db, client })
+    }
+}
+
+/// The state of one pass, handed to the job.
+pub struct RunCtx<'a> {
+    pub runner: &'a Runner,
+    pub job: &'a Job,
+    pub run_id: i64,
+    pub dry_run: bool,
+    /// When the pass started (unix ms): the mark it sets on success.
+    pub started_at: i64,
+    pub report: RunReport,
+    shutdown: &'a CancellationToken,
+    holder: String,
+}
+
+impl RunCtx<'_> {
+    /// Called before each request: stops at shutdown, and renews the lock
+    /// (stopping if another holder took it over after it ran out).
+    pub async fn step(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.shutdown.is_cancelled(),
+            "stopped because hookbox is shutting down"
+        );
+        let now = clock::now_ms();
+        let renewed = self
+            .runner
+            .db
+            .write(Op::Lock {
+                name: self.job.lock_name(),
+                holder: self.holder.clone(),
+                now,
+                expires_at: now + LOCK_TTL.as_millis() as i64,
+            })
+            .await?;
+        anyhow::ensure!(
+            renewed == Done::Locked(true),
+            "lost the job lock to another run"
+        );
+        Ok(())
+    }
+
+    /// Waits `pace` unless hookbox is shutting down.
+    pub async fn pause(&self, pace: Duration) {
+        tokio::select! {
+            () = self.shutdown.cancelled() => {}
+            () = tokio::time::sleep(pace) => {}
+        }
+    }
+}
+
+/// One pass of `job`: takes the lock (or reports `busy`), runs, records.
+/// Never fails: what went wrong is in the report (and the log).
+pub async fn run_once(
+    runner: &Runner,
+    job: &Job,
+    dry_run: bool,
+    shutdown: &CancellationToken,
+) -> RunReport {
+    let mut report = RunReport::new(job, dry_run);
+    let started_at = clock::now_ms();
+    let holder = format!("{}:{:016x}", std::process::id(), fastrand::u64(..));
+    let lock = Op::Lock {
+        name: job.lock_name(),
+        holder: holder.clone(),
+        now: started_at,
+        expires_at: started_at + LOCK_TTL.as_millis() as i64,
+    };
+    match runner.db.write(lock).await {
+        Ok(Done::Locked(true)) => {}
+        Ok(_) => {
+            report.busy = true;
+            tracing::info!("catch-up skipped: another run of this job holds its lock");
+            return report;
+        }
+        Err(e) => {
+            report.error = Some(format!("{e:#}"));
+            tracing::error!(error = %format!("{e:#}"), "catch-up could not start");
+            return report;
+        }
+    }
+    let run = runner
+        .db
+        .write(Op::StartRun {
+            source: job.source.clone(),
+            job: job.name().to_owned(),
+            dry_run,
+            started_at,
+        })
+        .await;
+    if let Ok(Done::RunId(run_id)) = run {
+        report.run_id = Some(run_id);
+        let mut ctx = RunCtx {
+            runner,
+            job,
+            run_id,
+            dry_run,
+            started_at,
+            report,
+            shutdown,
+            holder: holder.clone(),
+        };
+        let result = match &job.spec {
+            JobSpec::Github(cfg) => github::run(&mut ctx, cfg).await,
+            JobSpec::Stripe(cfg) => stripe::run(&mut ctx, cfg).await,
+        };
+        report = ctx.report;
+        if let Err(e) = result {
+            report.complete = false;
+            report.error = Some(format!("{e:#}"));
+            report.rate_limited = e.downcast_ref::<RateLimited>().is_some();
+        }
+        finish(runner, job, run_id, started_at, &mut report).await;
+    } else {
+        report.error = Some(match run {
+            Err(e) => format!("{e:#}"),
+            Ok(_) => "internal: no run id".to_owned(),
+        });
+    }
+    let unlock = Op::Unlock {
+        name: job.lock_name(),
+        holder,
+    };
+    if let Err(e) = runner.db.write(unlock).await {
+        tracing::warn!(error = %format!("{e:#}"), "could not release the job lock; it expires by itself");
+    }
+    report.log();
+    report
+}
+
+/// Records the end of the run, and moves the mark when the run was whole.
+async fn finish(runner: &Runner, job: &Job, run_id: i64, started_at: i64, report: &mut RunReport) {
+    let counts = RunCounts {
+        pages: report.pages,
+        seen: report.seen,
+        asked: report.asked(),
+        failed: report.failed,
+        complete: report.complete,
+        error: report.error.clone(),
+    };
+    let finished = Op::FinishRun {
+        run_id,
+        counts,
+        finished_at: clock::now_ms(),
+    };
+    if let Err(e) = runner.db.write(finished).await {
+        tracing::warn!(error = %format!("{e:#}"), "could not record the end of a catch-up run");
+    }
+    if report.complete && !report.dry_run {
+        let mark = Op::MarkSuccess {
+            source: job.source.clone(),
+            job: job.name().to_owned(),
+            at: started_at,
+        };
+        if let Err(e) = runner.db.write(mark).await {
+            report.error = Some(format!("{e:#}"));
+        }
+    }
+}
+
+/// The scheduler's side, cheap to clone: what the admin API keeps to run a
+/// pass on demand, and what `app` spawns as the interval loop.
+#[derive(Clone)]
+pub struct CatchupHandle {
+    runner: Arc<Runner>,
+    jobs: Arc<Vec<Job>>,
+}
+
+impl CatchupHandle {
+    pub fn new(
+        config: &Config,
+        store: Store,
+        writer: WriterHandle,
+        wake: Arc<Notify>,
+    ) -> anyhow::Result<Self> {
+        let runner = Runner::new(Db::Server {
+            store,
+            writer,
+            wake,
+        })?;
+        Ok(CatchupHandle {
+            runner: Arc::new(runner),
+            jobs: Arc::new(jobs(config)),
+        })
+    }
+
+    /// The sources that have a catch-up job.
+    pub fn sources(&self) -> impl Iterator<Item = &str> {
+        self.jobs.iter().map(|j| j.source.as_str())
+    }
+
+    /// Runs one pass of `source`'s job now (`POST /api/sources/{name}/catch-up`).
+    /// `None` when the source has no catch-up job. A pass already running
+    /// anywhere makes this one come back `busy` at once.
+    pub async fn run_now(&self, source: &str, dry_run: bool) -> Option<RunReport> {
+        let job = self.jobs.iter().find(|j| j.source == source)?;
+        let span = tracing::info_span!("catchup", source = %job.source, job = job.name());
+        let never = CancellationToken::new();
+        Some(
+            run_once(&self.runner, job, dry_run, &never)
+                .instrument(span)
+                .await,
+        )
+    }
+
+    /// Runs every job on its interval until `shutdown`; a pass in progress
+    /// stops at its next step. Returns when all job loops have stopped.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for job in self.jobs.iter().cloned() {
+            let span = tracing::info_span!("catchup", source = %job.source, job = job.name());
+            let runner = self.runner.clone();
+            tasks.spawn(schedule(runner, job, shutdown.clone()).instrument(span));
+        }
+        drop(self);
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// One job's loop: a pass at start-up when the last successful one is older
+/// than the interval (or there is none), then one every interval.
+async fn schedule(runner: Arc<Runner>, job: Job, shutdown: CancellationToken) {
+    let interval = job.interval();
+    let (source, name) = (job.source.clone(), job.name());
+    let last = runner
+        .db
+        .read(move |conn| sql::last_success(conn, &source, name))
+        .await;
+    let now = clock::now_ms();
+    let mut next = match last {
+        Ok(Some(at)) if now - at < interval.as_millis() as i64 => {
+            let wait = Duration::from_millis((at + interval.as_millis() as i64 - now) as u64);
+            Instant::now() + wait + jitter(interval)
+        }
+        Ok(_) => Instant::now(),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "cannot read when the job last ran; running it now");
+            Instant::now()
+        }
+    };
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep_until(next) => {}
+        }
+        let report = run_once(&runner, &job, false, &shutdown).await;
+        let wait = if report.busy {
+            BUSY_RETRY.min(interval)
+        } else {
+            interval
+        };
+        next = Instant::now() + wait + jitter(interval);
+    }
+}
+
+/// Up to 5% of the interval, at most five minutes: spreads the jobs of many
+/// sources (and many hookboxes) apart.
+fn jitter(interval: Duration) -> Duration {
+    let max = (interval / 20).min(Duration::from_secs(300));
+    max.mul_f64(fastrand::f64())
+}
+
+/// `hookbox catch-up SOURCE`: one pass on the CLI's own connection. When the
+/// job is running elsewhere (a server), waits up to `wait` for it to finish.
+pub async fn run_cli(
+    config: &Config,
+    source: &str,
+    dry_run: bool,
+    wait: Duration,
+) -> anyhow::Result<RunReport> {
+    let Some(src) = config.source(source) else {
+        anyhow::bail!("no enabled source named {source:?} in {}", config.origin);
+    };
+    let job = jobs(config)
+        .into_iter()
+        .find(|j| j.source == source)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "source {source:?} ({}) has no catch-up job: add [sources.github_redelivery] or stripe_backfill",
+                src.kind.as_str()
+            )
+        })?;
+    let conn = crate::store::open_for_cli(&config.server.database)?;
+    let runner = Runner::new(Db::cli(conn))?;
+    let never = CancellationToken::new();
+    let deadline = Instant::now() + wait;
+    loop {
+        let report = run_once(&runner, &job, dry_run, &never).await;
+        if !report.busy || Instant::now() >= deadline {
+            return Ok(report);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,0 +1,317 @@
+//! The process's Prometheus metrics: the handles the hot paths update, and
+//! the registry `/metrics` encodes.
+//!
+//! Only what happens in memory lives here: requests received, their
+//! latency, writer groups, dispatch attempts. Figures the database already
+//! knows (pending and dead counts, the oldest pending event, catch-up runs,
+//! the file's size) are read at scrape time by `crate::admin::metrics`, so
+//! they are right after a restart and cost nothing between scrapes.
+//!
+//! Hot paths never format a label: each source's handles ([`SourceMetrics`],
+//! [`LaneMetrics`]) are created once at start-up and are plain atomic
+//! counters and histograms; the only label built per request is a
+//! rejection's, from an `Arc<str>` and a `&'static str`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The `source` label value for requests to a route no source answers:
+/// one series, however many names a scanner tries.
+pub const UNKNOWN_SOURCE: &str = "(unknown)";
+
+/// Latency buckets for answers and attempts, in seconds: 0.5 ms to ~65 s.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.0005, 2.0, 18)
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(latency_buckets())
+}
+
+/// `hookbox_received_total` labels: `reason` only on rejections.
+/// Outcomes: `accepted`, `duplicate`, `challenge` (Slack's URL check) and
+/// `rejected`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct ReceivedLabels {
+    source: Arc<str>,
+    outcome: &'static str,
+    reason: Option<&'static str>,
+}
+
+impl EncodeLabelSet for ReceivedLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("source", &*self.source).encode(encoder.encode_label())?;
+        ("outcome", self.outcome).encode(encoder.encode_label())?;
+        if let Some(reason) = self.reason {
+            ("reason", reason).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct SourceLabel {
+    source: Arc<str>,
+}
+
+impl EncodeLabelSet for SourceLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("source", &*self.source).encode(encoder.encode_label())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct AttemptLabels {
+    source: Arc<str>,
+    outcome: &'static str,
+}
+
+impl EncodeLabelSet for AttemptLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("source", &*self.source).encode(encoder.encode_label())?;
+        ("outcome", self.outcome).encode(encoder.encode_label())
+    }
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// What the writer thread observes per group. Created by the store (which
+/// owns the thread) and registered by [`Metrics::new`].
+#[derive(Clone, Debug)]
+pub struct WriterMetrics {
+    /// Commands per group transaction.
+    pub batch_size: Histogram,
+    /// Time to run and commit a group's transaction.
+    pub commit_seconds: Histogram,
+}
+
+impl Default for WriterMetrics {
+    fn default() -> Self {
+        WriterMetrics {
+            batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
+            commit_seconds: latency_histogram(),
+        }
+    }
+}
+
+/// Every in-memory metric, and the registry that encodes them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    received: Family<ReceivedLabels, Counter>,
+    request_seconds: HistogramFamily<SourceLabel>,
+    attempts: Family<AttemptLabels, Counter>,
+    dispatch_seconds: HistogramFamily<SourceLabel>,
+}
+
+impl Metrics {
+    pub fn new(writer: &WriterMetrics) -> Self {
+        let mut registry = Registry::with_prefix("hookbox");
+        let received = Family::<ReceivedLabels, Counter>::default();
+        registry.register(
+            "received",
+            "Requests to /hooks/{source} by outcome (accepted, duplicate, rejected with a reason)",
+            received.clone(),
+        );
+        let request_seconds: HistogramFamily<SourceLabel> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from a /hooks request's arrival to its answer",
+            request_seconds.clone(),
+        );
+        registry.register(
+            "writer_batch_size",
+            "Commands committed together in one writer transaction",
+            writer.batch_size.clone(),
+        );
+        registry.register(
+            "writer_commit_duration_seconds",
+            "Time to run and commit one writer transaction (the WAL fsync follows on the syncer thread)",
+            writer.commit_seconds.clone(),
+        );
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "dispatch_attempts",
+            "Delivery attempts by how they left the event (delivered, retry, dead)",
+            attempts.clone(),
+        );
+        let dispatch_seconds: HistogramFamily<SourceLabel> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "dispatch_duration_seconds",
+            "Time one delivery attempt took",
+            dispatch_seconds.clone(),
+        );
+        Metrics {
+            registry,
+            received,
+            request_seconds,
+            attempts,
+            dispatch_seconds,
+        }
+    }
+
+    /// The handles of one source's receive route, created now so a request
+    /// only touches atomics. Call once per source at start-up.
+    pub fn source(&self, name: &str) -> SourceMetrics {
+        let source: Arc<str> = Arc::from(name);
+        let labels = |outcome| ReceivedLabels {
+            source: source.clone(),
+            outcome,
+            reason: None,
+        };
+        SourceMetrics {
+            accepted: self.received.get_or_create_owned(&labels("accepted")),
+            duplicate: self.received.get_or_create_owned(&labels("duplicate")),
+            challenge: self.received.get_or_create_owned(&labels("challenge")),
+            latency: self.request_seconds.get_or_create_owned(&SourceLabel {
+                source: source.clone(),
+            }),
+            received: self.received.clone(),
+            source,
+        }
+    }
+
+    /// The handles for requests to a name no source answers: only their
+    /// rejections are exported, under `source="(unknown)"`.
+    pub fn unknown_source(&self) -> SourceMetrics {
+        SourceMetrics {
+            source: Arc::from(UNKNOWN_SOURCE),
+            received: self.received.clone(),
+            accepted: Counter::default(),
+            duplicate: Counter::default(),
+            challenge: Counter::default(),
+            latency: latency_histogram(),
+        }
+    }
+
+    /// The handles of one source's dispatch lane.
+    pub fn lane(&self, name: &str) -> LaneMetrics {
+        let source: Arc<str> = Arc::from(name);
+        let attempts = |outcome| {
+            self.attempts.get_or_create_owned(&AttemptLabels {
+                source: source.clone(),
+                outcome,
+            })
+        };
+        LaneMetrics {
+            delivered: attempts("delivered"),
+            retry: attempts("retry"),
+            dead: attempts("dead"),
+            latency: self.dispatch_seconds.get_or_create_owned(&SourceLabel {
+                source: source.clone(),
+            }),
+        }
+    }
+
+    /// Appends the in-memory metrics in the Prometheus text format.
+    pub fn encode(&self, out: &mut String) -> std::fmt::Result {
+        prometheus_client::encoding::prometheus_text::encode(out, &self.registry)
+    }
+}
+
+/// One source's receive metrics; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct SourceMetrics {
+    source: Arc<str>,
+    received: Family<ReceivedLabels, Counter>,
+    accepted: Counter,
+    duplicate: Counter,
+    challenge: Counter,
+    latency: Histogram,
+}
+
+impl SourceMetrics {
+    pub fn accepted(&self, took: Duration) {
+        self.accepted.inc();
+        self.latency.observe(took.as_secs_f64());
+    }
+
+    pub fn duplicate(&self, took: Duration) {
+        self.duplicate.inc();
+        self.latency.observe(took.as_secs_f64());
+    }
+
+    /// A URL-verification challenge answered (Slack); nothing stored.
+    pub fn challenge(&self, took: Duration) {
+        self.challenge.inc();
+        self.latency.observe(took.as_secs_f64());
+    }
+
+    /// A refusal; `reason` is the `{"error": ...}` of the answer.
+    pub fn rejected(&self, reason: &'static str, took: Duration) {
+        self.received
+            .get_or_create(&ReceivedLabels {
+                source: self.source.clone(),
+                outcome: "rejected",
+                reason: Some(reason),
+            })
+            .inc();
+        self.latency.observe(took.as_secs_f64());
+    }
+}
+
+/// One dispatch lane's metrics; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct LaneMetrics {
+    delivered: Counter,
+    retry: Counter,
+    dead: Counter,
+    latency: Histogram,
+}
+
+/// How an attempt left its event, for [`LaneMetrics::attempt`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Delivered,
+    Retry,
+    Dead,
+}
+
+impl LaneMetrics {
+    pub fn attempt(&self, outcome: AttemptOutcome, took: Duration) {
+        match outcome {
+            AttemptOutcome::Delivered => self.delivered.inc(),
+            AttemptOutcome::Retry => self.retry.inc(),
+            AttemptOutcome::Dead => self.dead.inc(),
+        };
+        self.latency.observe(took.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_created_at_start_up_move_the_shared_families() {
+        let metrics = Metrics::new(&WriterMetrics::default());
+        let github = metrics.source("github");
+        github.accepted(Duration::from_millis(2));
+        github.accepted(Duration::from_millis(2));
+        github.duplicate(Duration::from_millis(1));
+        github.rejected("invalid_signature", Duration::from_millis(1));
+        metrics
+            .lane("github")
+            .attempt(AttemptOutcome::Retry, Duration::from_millis(30));
+        let mut text = String::new();
+        metrics.encode(&mut text).unwrap();
+        for line in [
+            r#"hookbox_received_total{source="github",outcome="accepted"} 2"#,
+            r#"hookbox_received_total{source="github",outcome="duplicate"} 1"#,
+            r#"hookbox_received_total{source="github",outcome="rejected",reason="invalid_signature"} 1"#,
+            r#"hookbox_dispatch_attempts_total{source="github",outcome="retry"} 1"#,
+            r#"hookbox_dispatch_attempts_total{source="github",outcome="delivered"} 0"#,
+            r#"hookbox_request_duration_seconds_count{source="github"} 4"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! `hookbox events`: the inbox as the CLI lists it, newest first.
+//!
+//! [`list`] is plain SQL over any connection; the CLI gives it a
+//! read-only one ([`super::open_read_only`]), so listing works whether or
+//! not the server runs and never takes the write lock. [`render_table`]
+//! and [`render_json_lines`] turn the rows into what the command prints.
+//! (The admin API has its own queries with cursor paging; this stays small.)
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use anyhow::Context;
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+/// Which events to list.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub source: Option<String>,
+    /// `pending`, `delivered`, `dead` or `stored`.
+    pub state: Option<String>,
+    pub event_type: Option<String>,
+    pub limit: usize,
+}
+
+/// One line of the listing.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventSummary {
+    pub id: i64,
+    /// RFC 3339, UTC, milliseconds.
+    pub received_at: String,
+    pub source: String,
+    pub state: String,
+    pub attempts: i64,
+    pub event_type: Option<String>,
+    pub delivery_id: String,
+    pub last_error: Option<String>,
+}
+
+/// The newest `filter.limit` events matching `filter`.
+pub fn list(conn: &Connection, filter: &ListFilter) -> anyhow::Result<Vec<EventSummary>> {
+    conn.prepare_cached(
+        "SELECT id, received_at, source, state, attempts, event_type, delivery_id, last_error
+         FROM events
+         WHERE (?1 IS NULL OR source = ?1)
+           AND (?2 IS NULL OR state = ?2)
+           AND (?3 IS NULL OR event_type = ?3)
+         ORDER BY id DESC LIMIT ?4",
+    )?
+    .query_map(
+        params![
+            filter.source,
+            filter.state,
+            filter.event_type,
+            filter.limit as i64
+        ],
+        |r| {
+            Ok(EventSummary {
+                id: r.get(0)?,
+                received_at: rfc3339_ms(r.get(1)?),
+                source: r.get(2)?,
+                state: r.get(3)?,
+                attempts: r.get(4)?,
+                event_type: r.get(5)?,
+                delivery_id: r.get(6)?,
+                last_error: r.get(7)?,
+            })
+        },
+    )?
+    .collect::<rusqlite::Result<Vec<_>>>()
+    .context("listing events")
+}
+
+fn rfc3339_ms(unix_ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(unix_ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// One JSON object per line.
+pub fn render_json_lines(rows: &[EventSummary]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for row in rows {
+        out.push_str(&serde_json::to_string(row).context("rendering an event as JSON")?);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Widest a provider-supplied column may get in the table.
+const MAX_TEXT: usize = 40;
+/// Widest the error excerpt gets (the last column, so it may be long).
+const MAX_ERROR: usize = 60;
+
+/// An aligned table with a header line. Provider-supplied text is cut to
+/// length and stripped of control characters, so a crafted delivery id
+/// cannot move the cursor or recolour the terminal.
+pub fn render_table(rows: &[EventSummary]) -> String {
+    let header = [
+        "ID",
+        "RECEIVED",
+        "SOURCE",
+        "STATE",
+        "ATTEMPTS",
+        "EVENT TYPE",
+        "DELIVERY ID",
+        "LAST ERROR",
+    ];
+    let lines: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.id.to_string(),
+                r.received_at.clone(),
+                clean(&r.source, MAX_TEXT),
+                r.state.clone(),
+                r.attempts.to_string(),
+                clean(r.event_type.as_deref().unwrap_or("-"), MAX_TEXT),
+                clean(&r.delivery_id, MAX_TEXT),
+                clean(r.last_error.as_deref().unwrap_or(""), MAX_ERROR),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for line in &lines {
+        for (w, cell) in widths.iter_mut().zip(line) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header = header.map(str::to_owned);
+    for line in std::iter::once(&header).chain(&lines) {
+        let cells: Vec<String> = line
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `text` on one line, without control characters, cut to `max` chars.
+fn clean(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let flat = flat.trim();
+    if flat.chars().count() <= max {
+        flat.to_owned()
+    } else {
+        let mut cut: String = flat.chars().take(max - 1).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::schema::apply(&mut conn).unwrap();
+        for (i, (source, state, kind)) in [
+            ("github", "delivered", "push"),
+            ("github", "dead", "issues"),
+            ("stripe", "dead", "charge.succeeded"),
+            ("github", "dead", "push"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            conn.execute(
+                "INSERT INTO events (source, delivery_id, event_type, received_at, state, attempts, last_error)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 2, CASE ?5 WHEN 'dead' THEN 'HTTP 410' || char(10) || 'gone' END)",
+                params![source, format!("d{i}"), kind, 1_700_000_000_000i64 + i as i64, state],
+            )
+            .unwrap();
+        }
+        conn
+    }
+
+    fn ids(rows: &[EventSummary]) -> Vec<i64> {
+        rows.iter().map(|r| r.id).collect()
+    }
+
+    #[test]
+    fn filters_combine_and_the_newest_come_first() {
+        let conn = db();
+        let all = ListFilter {
+            limit: 10,
+            ..ListFilter::default()
+        };
+        assert_eq!(ids(&list(&conn, &all).unwrap()), [4, 3, 2, 1]);
+        let dead_github = ListFilter {
+            source: Some("github".into()),
+            state: Some("dead".into()),
+            ..all.clone()
+        };
+        assert_eq!(ids(&list(&conn, &dead_github).unwrap()), [4, 2]);
+        let pushes = ListFilter {
+            event_type: Some("push".into()),
+            limit: 1,
+            ..all
+        };
+        let rows = list(&conn, &pushes).unwrap();
+        assert_eq!(ids(&rows), [4]);
+        assert_eq!(rows[0].received_at, "2023-11-14T22:13:20.003Z");
+    }
+
+    #[test]
+    fn the_table_is_aligned_and_keeps_control_characters_out() {
+        let conn = db();
+        conn.execute(
+            "UPDATE events SET delivery_id = 'evil' || char(27) || '[31m' WHERE id = 1",
+            [],
+        )
+        .unwrap();
+        let rows = list(
+            &conn,
+            &ListFilter {
+                limit: 10,
+                ..ListFilter::default()
+            },
+        )
+        .unwrap();
+        let table = render_table(&rows);
+        assert!(!table.contains('\u{1b}'), "{table:?}");
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 5);
+        assert!(lines[0].starts_with("ID  RECEIVED"), "{table}");
+        let state_at = lines[0].find("STATE").unwrap();
+        assert_eq!(&lines[1][state_at..state_at + 4], "dead");
+        assert!(lines[1].ends_with("HTTP 410 gone"), "{table}");
+        let json = render_json_lines(&rows).unwrap();
+        let first: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+        assert_eq!(first["id"], 4);
+        assert_eq!(first["last_error"], "HTTP 410\ngone");
+    }
+}

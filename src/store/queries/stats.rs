@@ -1,0 +1,216 @@
+//! The counts behind `/api/stats` and `/metrics`, and the catch-up runs.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+use super::STATES;
+
+/// One source's counts for `/api/stats`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceStats {
+    pub source: String,
+    /// Every state, zero included.
+    pub counts: BTreeMap<String, i64>,
+    pub oldest_pending_age_seconds: Option<f64>,
+}
+
+/// Counts per source and state (every name in `known` listed, even when
+/// empty), and the age of each source's oldest pending event at `now`.
+pub fn source_stats(
+    conn: &Connection,
+    known: &[String],
+    now: i64,
+) -> anyhow::Result<Vec<SourceStats>> {
+    let mut by_source: BTreeMap<String, SourceStats> = BTreeMap::new();
+    fn entry<'a>(map: &'a mut BTreeMap<String, SourceStats>, source: &str) -> &'a mut SourceStats {
+        map.entry(source.to_owned()).or_insert_with(|| SourceStats {
+            source: source.to_owned(),
+            counts: STATES.iter().map(|s| ((*s).to_owned(), 0)).collect(),
+            oldest_pending_age_seconds: None,
+        })
+    }
+    for name in known {
+        entry(&mut by_source, name);
+    }
+    let mut stmt =
+        conn.prepare_cached("SELECT source, state, count(*) FROM events GROUP BY source, state")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?))
+    })?;
+    for row in rows {
+        let (source, state, n) = row.context("counting events")?;
+        entry(&mut by_source, &source).counts.insert(state, n);
+    }
+    for (source, _, oldest) in pending(conn)? {
+        entry(&mut by_source, &source).oldest_pending_age_seconds = Some(age_seconds(now, oldest));
+    }
+    Ok(by_source.into_values().collect())
+}
+
+/// `(source, count, oldest received_at)` of pending events, per source.
+/// Pending rows are the ones in the `events_due` partial index: few.
+fn pending(conn: &Connection) -> anyhow::Result<Vec<(String, i64, i64)>> {
+    conn.prepare_cached(
+        "SELECT source, count(*), min(received_at) FROM events
+         WHERE state = 'pending' GROUP BY source",
+    )?
+    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+    .collect::<rusqlite::Result<Vec<_>>>()
+    .context("counting pending events")
+}
+
+fn age_seconds(now: i64, then: i64) -> f64 {
+    (now - then).max(0) as f64 / 1000.0
+}
+
+/// One catch-up run, as `catchup_runs` keeps it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CatchupRun {
+    pub id: i64,
+    pub source: String,
+    pub job: String,
+    pub dry_run: bool,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub pages: i64,
+    pub seen: i64,
+    pub asked: i64,
+    pub failed: i64,
+    pub complete: bool,
+    pub error: Option<String>,
+}
+
+const RUN_COLUMNS: &str = "id, source, job, dry_run, started_at, finished_at, pages, seen, asked, failed, complete, error";
+
+fn run(r: &rusqlite::Row<'_>) -> rusqlite::Result<CatchupRun> {
+    Ok(CatchupRun {
+        id: r.get(0)?,
+        source: r.get(1)?,
+        job: r.get(2)?,
+        dry_run: r.get(3)?,
+        started_at: r.get(4)?,
+        finished_at: r.get(5)?,
+        pages: r.get(6)?,
+        seen: r.get(7)?,
+        asked: r.get(8)?,
+        failed: r.get(9)?,
+        complete: r.get(10)?,
+        error: r.get(11)?,
+    })
+}
+
+/// The newest `limit` catch-up runs (of `source`, if given), newest first.
+pub fn catchup_runs(
+    conn: &Connection,
+    source: Option<&str>,
+    limit: usize,
+) -> anyhow::Result<Vec<CatchupRun>> {
+    conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM catchup_runs
+         WHERE (?1 IS NULL OR source = ?1) ORDER BY id DESC LIMIT ?2"
+    ))?
+    .query_map(params![source, limit as i64], run)?
+    .collect::<rusqlite::Result<Vec<_>>>()
+    .context("listing catch-up runs")
+}
+
+/// The latest run of each `(source, job)`.
+pub fn last_catchup_runs(conn: &Connection) -> anyhow::Result<Vec<CatchupRun>> {
+    conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM catchup_runs
+         WHERE id IN (SELECT max(id) FROM catchup_runs GROUP BY source, job)
+         ORDER BY source, job"
+    ))?
+    .query_map([], run)?
+    .collect::<rusqlite::Result<Vec<_>>>()
+    .context("reading the last catch-up runs")
+}
+
+/// What `/metrics` reads from the database at scrape time.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsSnapshot {
+    /// `(source, count, oldest received_at)`.
+    pub pending: Vec<(String, i64, i64)>,
+    pub dead: Vec<(String, i64)>,
+    /// `(source, job, runs)`.
+    pub catchup_runs: Vec<(String, String, i64)>,
+    /// `(source, job, unix ms)` of each job's last complete run.
+    pub catchup_last_success: Vec<(String, String, i64)>,
+    /// `(source, outcome, requests)`.
+    pub redeliveries: Vec<(String, String, i64)>,
+}
+
+pub fn metrics_snapshot(conn: &Connection) -> anyhow::Result<MetricsSnapshot> {
+    let pairs = |sql: &str| -> anyhow::Result<Vec<(String, String, i64)>> {
+        conn.prepare_cached(sql)?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .with_context(|| format!("reading metrics: {sql}"))
+    };
+    // No index has the state first: this is the one scan of the table a
+    // scrape makes.
+    let dead = conn
+        .prepare_cached("SELECT source, count(*) FROM events WHERE state = 'dead' GROUP BY source")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .context("counting dead events")?;
+    Ok(MetricsSnapshot {
+        pending: pending(conn)?,
+        dead,
+        catchup_runs: pairs("SELECT source, job, count(*) FROM catchup_runs GROUP BY source, job")?,
+        catchup_last_success: pairs("SELECT source, job, last_success_at FROM catchup_state")?,
+        redeliveries: pairs(
+            "SELECT source, outcome, count(*) FROM redelivery_requests GROUP BY source, outcome",
+        )?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::params;
+
+    use super::*;
+    use crate::store::queries::tests::{add, db};
+
+    #[test]
+    fn stats_list_known_sources_and_the_oldest_pending_age() {
+        let conn = db();
+        add(&conn, "a", "pending", 1_000);
+        add(&conn, "a", "pending", 5_000);
+        add(&conn, "a", "dead", 6_000);
+        let stats = source_stats(&conn, &["a".into(), "quiet".into()], 11_000).unwrap();
+        assert_eq!(stats.len(), 2);
+        assert_eq!(stats[0].counts["pending"], 2);
+        assert_eq!(stats[0].counts["dead"], 1);
+        assert_eq!(stats[0].counts["stored"], 0);
+        assert_eq!(stats[0].oldest_pending_age_seconds, Some(10.0));
+        assert_eq!(stats[1].source, "quiet");
+        assert_eq!(stats[1].oldest_pending_age_seconds, None);
+        let snap = metrics_snapshot(&conn).unwrap();
+        assert_eq!(snap.pending, vec![("a".to_owned(), 2, 1_000)]);
+        assert_eq!(snap.dead, vec![("a".to_owned(), 1)]);
+    }
+
+    #[test]
+    fn catch_up_runs_are_listed_newest_first_and_the_last_per_job() {
+        let conn = db();
+        for (source, job, at) in [("g", "github_redelivery", 1), ("g", "github_redelivery", 2)] {
+            conn.execute(
+                "INSERT INTO catchup_runs (source, job, started_at, complete) VALUES (?1, ?2, ?3, 1)",
+                params![source, job, at],
+            )
+            .unwrap();
+        }
+        let runs = catchup_runs(&conn, Some("g"), 10).unwrap();
+        assert_eq!(
+            runs.iter().map(|r| r.started_at).collect::<Vec<_>>(),
+            [2, 1]
+        );
+        let last = last_catchup_runs(&conn).unwrap();
+        assert_eq!((last.len(), last[0].started_at), (1, 2));
+        assert!(last[0].complete);
+    }
+}

@@ -1,0 +1,383 @@
+//! Retention and purge: what leaves the database, and when.
+//!
+//! * A `delivered` event keeps its body for `retention.body_days` after
+//!   `delivered_at`, and its row (so its key, which answers a provider's
+//!   resend "duplicate") for `retention.key_days`; its attempts go with it
+//!   (`ON DELETE CASCADE`).
+//! * A `stored` event (a source without a destination: the user's inbox,
+//!   read through the API) follows the same two windows, counted from
+//!   `received_at`, since it is never delivered.
+//! * `pending` and `dead` events are never touched by retention. Dead rows
+//!   stay until replayed or purged (`hookbox purge --dead --older-than`).
+//!
+//! Retention runs in the server, in small batches: a read-only connection
+//! walks the table in id order to find candidates (off the writer, so a
+//! long scan never holds the write lock), and each batch of at most
+//! [`BATCH`] ids goes to the writer as one [`PruneBatch`] command, which
+//! re-checks every row by primary key (a row replayed meanwhile is left
+//! alone) and commits with whatever ingest is queued. The writer forgets
+//! the keys of deleted rows in its recent-keys cache once the delete is
+//! durable, so a resend after that is stored again as new.
+//!
+//! Purge runs from the CLI on its own connection, in the same small
+//! batches, each its own short transaction. It cannot reach a running
+//! server's recent-keys cache, so until that server restarts a resend of
+//! a purged event may still be answered "duplicate" (README.md says so).
+//!
+//! Finding candidates walks the table in id order (there is no index on
+//! `delivered_at`); that read costs one pass over the table per run, off
+//! the writer.
+
+use anyhow::Context;
+use rusqlite::{Connection, TransactionBehavior, params};
+use tokio_util::sync::CancellationToken;
+
+use super::{Store, WriterHandle};
+
+/// Rows per writer command (and per purge transaction).
+pub const BATCH: usize = 500;
+
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// What a batch does to its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prune {
+    /// Delete the rows (past `key_days`).
+    Rows,
+    /// Set `body = NULL` (past `body_days`).
+    Bodies,
+}
+
+/// Rows the writer is to prune, each re-checked against `before` (unix ms).
+#[derive(Debug, Clone)]
+pub struct PruneBatch {
+    pub what: Prune,
+    pub ids: Vec<i64>,
+    pub before: i64,
+}
+
+/// What the writer did with a batch.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    pub rows: usize,
+    /// `(source, delivery_id)` of each deleted row, to forget.
+    pub keys: Vec<(String, String)>,
+}
+
+/// The two cut-off times (unix ms) of a retention run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cutoffs {
+    pub body_before: i64,
+    pub key_before: i64,
+}
+
+impl Cutoffs {
+    pub fn at(now_ms: i64, body_days: u32, key_days: u32) -> Cutoffs {
+        Cutoffs {
+            body_before: now_ms - i64::from(body_days) * DAY_MS,
+            key_before: now_ms - i64::from(key_days) * DAY_MS,
+        }
+    }
+}
+
+/// Delivered rows count from delivery, stored rows from arrival.
+const EXPIRED: &str = "((state = 'delivered' AND delivered_at < ?2)
+                         OR (state = 'stored' AND received_at < ?2))";
+
+/// Up to `limit` ids after `after_id` that `what` applies to, in id order.
+pub fn candidates(
+    conn: &Connection,
+    what: Prune,
+    before: i64,
+    after_id: i64,
+    limit: usize,
+) -> anyhow::Result<Vec<i64>> {
+    let extra = match what {
+        Prune::Rows => "",
+        Prune::Bodies => "AND body IS NOT NULL",
+    };
+    conn.prepare_cached(&format!(
+        "SELECT id FROM events WHERE id > ?1 AND {EXPIRED} {extra} ORDER BY id LIMIT ?3"
+    ))?
+    .query_map(params![after_id, before, limit as i64], |r| r.get(0))?
+    .collect::<rusqlite::Result<Vec<i64>>>()
+    .context("finding rows past retention")
+}
+
+/// Applies a batch inside the writer's transaction, re-checking each row.
+pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
+    let mut pruned = Pruned::default();
+    match batch.what {
+        Prune::Rows => {
+            let mut delete = conn.prepare_cached(&format!(
+                "DELETE FROM events WHERE id = ?1 AND {EXPIRED} RETURNING source, delivery_id"
+            ))?;
+            for id in &batch.ids {
+                let mut rows = delete.query(params![id, batch.before])?;
+                while let Some(row) = rows.next().context("deleting an expired event")? {
+                    pruned.keys.push((row.get(0)?, row.get(1)?));
+                }
+            }
+            pruned.rows = pruned.keys.len();
+        }
+        Prune::Bodies => {
+            let mut drop_body = conn.prepare_cached(&format!(
+                "UPDATE events SET body = NULL WHERE id = ?1 AND body IS NOT NULL AND {EXPIRED}"
+            ))?;
+            for id in &batch.ids {
+                pruned.rows += drop_body
+                    .execute(params![id, batch.before])
+                    .context("dropping an expired body")?;
+            }
+        }
+    }
+    Ok(pruned)
+}
+
+/// What one retention run did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionReport {
+    pub rows_deleted: usize,
+    pub bodies_dropped: usize,
+}
+
+/// One retention run: deletes expired rows, then drops expired bodies,
+/// batch by batch through the writer. Stops between batches when
+/// `shutdown` is cancelled.
+pub async fn run_once(
+    store: &Store,
+    writer: &WriterHandle,
+    cutoffs: Cutoffs,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<RetentionReport> {
+    let mut report = RetentionReport::default();
+    for (what, before) in [
+        (Prune::Rows, cutoffs.key_before),
+        (Prune::Bodies, cutoffs.body_before),
+    ] {
+        let mut after = 0;
+        while !shutdown.is_cancelled() {
+            let ids = store
+                .read(move |c| candidates(c, what, before, after, BATCH))
+                .await?;
+            let Some(&last) = ids.last() else { break };
+            after = last;
+            let n = writer
+                .prune(PruneBatch { what, ids, before })
+                .await
+                .context("pruning a batch")?;
+            match what {
+                Prune::Rows => report.rows_deleted += n,
+                Prune::Bodies => report.bodies_dropped += n,
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Deletes `dead` events (of `source`, if given) whose last attempt (or
+/// arrival, without one) is before `before`; returns how many. Runs on the
+/// CLI's own connection in short transactions of at most [`BATCH`] rows.
+pub fn purge_dead(
+    conn: &mut Connection,
+    before: i64,
+    source: Option<&str>,
+) -> anyhow::Result<usize> {
+    const DEAD_SINCE: &str = "state = 'dead' AND (?2 IS NULL OR source = ?2)
+        AND coalesce((SELECT max(started_at) FROM attempts WHERE event_id = events.id),
+                     received_at) < ?1";
+    let mut purged = 0;
+    let mut after = 0;
+    loop {
+        // Found outside the write transaction, so the scan never holds
+        // the server's writer back.
+        let ids = conn
+            .prepare_cached(&format!(
+                "SELECT id FROM events WHERE id > ?3 AND {DEAD_SINCE} ORDER BY id LIMIT ?4"
+            ))?
+            .query_map(params![before, source, after, BATCH as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<i64>>>()
+            .context("finding dead events to purge")?;
+        let Some(&last) = ids.last() else { break };
+        after = last;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .context("beginning a purge transaction")?;
+        {
+            let mut delete = tx.prepare_cached(&format!(
+                "DELETE FROM events WHERE id = ?3 AND {DEAD_SINCE}"
+            ))?;
+            for id in ids {
+                purged += delete
+                    .execute(params![before, source, id])
+                    .context("purging a dead event")?;
+            }
+        }
+        tx.commit().context("committing a purge batch")?;
+    }
+    Ok(purged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        super::super::schema::apply(&mut conn).unwrap();
+        conn
+    }
+
+    /// Adds an event; `at` is both its arrival and (when delivered) delivery.
+    fn add(conn: &Connection, key: &str, state: &str, at: i64) -> i64 {
+        conn.execute(
+            "INSERT INTO events (source, delivery_id, received_at, body, state, delivered_at)
+             VALUES ('s', ?1, ?2, x'7b7d', ?3, CASE ?3 WHEN 'delivered' THEN ?2 END)",
+            params![key, at, state],
+        )
+        .unwrap();
+        let id = conn.last_insert_rowid();
+        conn.execute(
+            "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome)
+             VALUES (?1, 1, ?2, 1, 'x')",
+            params![id, at],
+        )
+        .unwrap();
+        id
+    }
+
+    fn prune_all(conn: &Connection, what: Prune, before: i64) -> Pruned {
+        let ids = candidates(conn, what, before, 0, 100).unwrap();
+        apply(
+            conn,
+            &PruneBatch {
+                what,
+                ids: ids.clone(),
+                before,
+            },
+        )
+        .unwrap()
+    }
+
+    fn body(conn: &Connection, id: i64) -> Option<Vec<u8>> {
+        conn.query_row("SELECT body FROM events WHERE id = ?1", [id], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn only_delivered_and_stored_rows_expire_and_their_attempts_go_too() {
+        let conn = db();
+        let old_delivered = add(&conn, "d-old", "delivered", 100);
+        let old_stored = add(&conn, "s-old", "stored", 100);
+        let old_dead = add(&conn, "x-old", "dead", 100);
+        let old_pending = add(&conn, "p-old", "pending", 100);
+        let new_delivered = add(&conn, "d-new", "delivered", 900);
+        let pruned = prune_all(&conn, Prune::Rows, 500);
+        assert_eq!(pruned.rows, 2);
+        assert_eq!(
+            pruned.keys,
+            [("s".into(), "d-old".into()), ("s".into(), "s-old".into())]
+        );
+        let left: Vec<i64> = conn
+            .prepare("SELECT id FROM events ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(left, [old_dead, old_pending, new_delivered]);
+        let orphans: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM attempts WHERE event_id IN (?1, ?2)",
+                [old_delivered, old_stored],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(orphans, 0);
+    }
+
+    #[test]
+    fn bodies_go_first_and_a_row_changed_since_it_was_found_is_left_alone() {
+        let conn = db();
+        let delivered = add(&conn, "d", "delivered", 100);
+        let replayed = add(&conn, "r", "delivered", 100);
+        let dead = add(&conn, "x", "dead", 100);
+        let ids = candidates(&conn, Prune::Bodies, 500, 0, 100).unwrap();
+        assert_eq!(ids, [delivered, replayed]);
+        conn.execute(
+            "UPDATE events SET state = 'pending', delivered_at = NULL WHERE id = ?1",
+            [replayed],
+        )
+        .unwrap();
+        let pruned = apply(
+            &conn,
+            &PruneBatch {
+                what: Prune::Bodies,
+                ids,
+                before: 500,
+            },
+        )
+        .unwrap();
+        assert_eq!(pruned.rows, 1);
+        assert!(pruned.keys.is_empty());
+        assert_eq!(body(&conn, delivered), None);
+        assert!(body(&conn, replayed).is_some());
+        assert!(body(&conn, dead).is_some());
+        // Nothing is left to do.
+        assert!(
+            candidates(&conn, Prune::Bodies, 500, 0, 100)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn candidates_page_through_the_table_in_id_order() {
+        let conn = db();
+        let ids: Vec<i64> = (0..7)
+            .map(|i| add(&conn, &i.to_string(), "delivered", 1))
+            .collect();
+        let first = candidates(&conn, Prune::Rows, 10, 0, 3).unwrap();
+        let second = candidates(&conn, Prune::Rows, 10, first[2], 3).unwrap();
+        let third = candidates(&conn, Prune::Rows, 10, second[2], 3).unwrap();
+        assert_eq!([first, second, third].concat(), ids);
+    }
+
+    #[test]
+    fn purge_takes_only_dead_rows_idle_long_enough_of_the_asked_source() {
+        let mut conn = db();
+        let old = add(&conn, "old", "dead", 100);
+        add(&conn, "recent", "dead", 900);
+        add(&conn, "delivered", "delivered", 100);
+        // Received long ago, but its last attempt is recent (a replay).
+        let retried = add(&conn, "retried", "dead", 100);
+        conn.execute(
+            "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome)
+             VALUES (?1, 2, 900, 1, 'dead')",
+            [retried],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO events (source, delivery_id, received_at, state) VALUES ('other', 'o', 1, 'dead')",
+            [],
+        )
+        .unwrap();
+        assert_eq!(purge_dead(&mut conn, 500, Some("s")).unwrap(), 1);
+        let gone: i64 = conn
+            .query_row("SELECT count(*) FROM events WHERE id = ?1", [old], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(gone, 0);
+        assert_eq!(purge_dead(&mut conn, 500, None).unwrap(), 1);
+        assert_eq!(purge_dead(&mut conn, 500, None).unwrap(), 0);
+    }
+
+    #[test]
+    fn cutoffs_count_whole_days_back() {
+        let c = Cutoffs::at(10 * DAY_MS, 7, 30);
+        assert_eq!(c.body_before, 3 * DAY_MS);
+        assert_eq!(c.key_before, -20 * DAY_MS);
+    }
+}

@@ -1,0 +1,206 @@
+//! Running under systemd: sd_notify readiness, watchdog and stopping from
+//! the real binary, `cred:` secrets, and the unit file itself.
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Reads datagrams until one contains `want`, or panics after 10 s.
+fn expect_message(socket: &UnixDatagram, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        if let Ok(n) = socket.recv(&mut buf) {
+            let text = String::from_utf8_lossy(&buf[..n]);
+            if text.lines().any(|l| l == want) {
+                return;
+            }
+        }
+    }
+    panic!("no {want} from hookbox within 10 s");
+}
+
+#[test]
+fn the_binary_tells_systemd_ready_then_feeds_the_watchdog_then_says_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let config = dir.path().join("hookbox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\ndatabase = {:?}\n",
+            free_port(),
+            free_port(),
+            dir.path().join("hookbox.db").display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookbox"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "300000")
+        .env_remove("WATCHDOG_PID")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let result = std::panic::catch_unwind(|| {
+        expect_message(&socket, "READY=1");
+        expect_message(&socket, "WATCHDOG=1");
+        expect_message(&socket, "WATCHDOG=1");
+    });
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    if result.is_ok() {
+        expect_message(&socket, "STOPPING=1");
+    }
+    let status = child.wait().unwrap();
+    result.unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn cred_secrets_are_read_from_the_credentials_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(creds.join("github-webhook-secret"), "from-a-credential\n").unwrap();
+    let config = dir.path().join("hookbox.toml");
+    std::fs::write(
+        &config,
+        "[[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"cred:github-webhook-secret\"]\n",
+    )
+    .unwrap();
+    let run = |creds_dir: Option<&Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
+        cmd.args(["check", "--config"]).arg(&config);
+        match creds_dir {
+            Some(d) => cmd.env("CREDENTIALS_DIRECTORY", d),
+            None => cmd.env_remove("CREDENTIALS_DIRECTORY"),
+        };
+        cmd.output().unwrap()
+    };
+    let out = run(Some(&creds));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("cred:github-webhook-secret"), "{stdout}");
+    assert!(!stdout.contains("from-a-credential"), "{stdout}");
+
+    let out = run(None);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("CREDENTIALS_DIRECTORY"), "{stderr}");
+}
+
+/// The unit as shipped, with ExecStart pointed at the binary under test.
+fn unit_under_test(dir: &Path) -> std::path::PathBuf {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/systemd/hookbox.service"
+    ))
+    .unwrap();
+    let unit = shipped.replace("/usr/local/bin/hookbox", env!("CARGO_BIN_EXE_hookbox"));
+    let path = dir.join("hookbox.service");
+    std::fs::write(&path, unit).unwrap();
+    path
+}
+
+fn systemd_analyze() -> Option<Command> {
+    let found = Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        eprintln!("skipping: systemd-analyze is not installed here");
+    }
+    found.then(|| Command::new("systemd-analyze"))
+}
+
+#[test]
+fn the_unit_file_verifies_and_rates_ok_or_better() {
+    let Some(mut verify) = systemd_analyze() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let unit = unit_under_test(dir.path());
+    let out = verify.arg("verify").arg(&unit).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // Credentials the unit names do not exist on a test machine; anything
+    // else systemd-analyze says is a problem with the unit.
+    let complaints: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(complaints.is_empty(), "{text}");
+
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=true"])
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let overall = text
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no rating in:\n{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert!(
+        overall.contains(" OK") || overall.contains(" SAFE"),
+        "{overall}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_container_health_check_passes_against_a_ready_server_and_fails_without_one() {
+    let app = crate::helpers::TestApp::spawn(crate::helpers::GITHUB_SOURCE).await;
+    let config = app.dir.path().join("health.toml");
+    let run = |admin: std::net::SocketAddr| {
+        std::fs::write(
+            &config,
+            format!("[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"{admin}\"\n"),
+        )
+        .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_hookbox"))
+            .args(["healthcheck", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    let out = tokio::task::block_in_place(|| run(app.admin_addr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = tokio::task::block_in_place(|| run(closed));
+    assert!(!out.status.success());
+    app.shutdown().await;
+}
