@@ -19,13 +19,15 @@ RUN cargo build --release --locked -p hookbox \
 
 FROM debian:bookworm-slim
 # ca-certificates: outbound HTTPS (deliveries, GitHub and Stripe APIs).
+# Unpinned on purpose: the newest CA bundle of the release is the point.
+# hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/hookbox --shell /usr/sbin/nologin hookbox \
  && install -d -m 0700 -o hookbox -g hookbox /var/lib/hookbox
 COPY --from=build /usr/local/bin/hookbox /usr/local/bin/hookbox
-USER hookbox
+USER 10001:10001
 ENV STATE_DIRECTORY=/var/lib/hookbox
 VOLUME ["/var/lib/hookbox"]
 EXPOSE 8080

@@ -204,3 +204,45 @@ async fn the_container_health_check_passes_against_a_ready_server_and_fails_with
     assert!(!out.status.success());
     app.shutdown().await;
 }
+
+/// The container image copies only the binary onto debian:bookworm-slim.
+/// Without a Docker engine here, the next best proof: the binary runs in a
+/// root file system holding nothing but itself and the shared libraries
+/// `ldd` names (glibc's, which the slim image has).
+#[test]
+fn the_binary_runs_in_a_root_file_system_with_only_its_shared_libraries() {
+    let is_root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    if !is_root {
+        eprintln!("skipping: chroot needs root");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_hookbox");
+    let ldd = Command::new("ldd").arg(bin).output().unwrap();
+    let libs: Vec<String> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(str::to_owned)
+        .collect();
+    assert!(!libs.is_empty(), "ldd found no libraries");
+    for lib in &libs {
+        let dest = root.path().join(lib.trim_start_matches('/'));
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(lib, &dest).unwrap();
+    }
+    let dest = root.path().join("hookbox");
+    std::fs::copy(bin, &dest).unwrap();
+    for (args, want) in [(&["--version"][..], "hookbox "), (&["check"][..], "embedded default")] {
+        let out = Command::new("/usr/sbin/chroot")
+            .arg(root.path())
+            .arg("/hookbox")
+            .args(args)
+            .env_clear()
+            .env("GITHUB_WEBHOOK_SECRET", "x")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(want), "{args:?}: {stdout}");
+    }
+}
