@@ -10,5 +10,6 @@ mod helpers;
 mod metrics;
 mod receive;
 mod retention;
+mod secrets;
 mod storage;
 mod systemd;
