@@ -101,3 +101,11 @@ CREATE TABLE job_locks (
     holder     TEXT    NOT NULL,
     expires_at INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- The last list fetched of each named set (`allow_ips = ["github"]`;
+-- since version 3), so a restart without network still knows them.
+CREATE TABLE ip_sets (
+    name       TEXT    PRIMARY KEY,   -- github | stripe
+    ranges     TEXT    NOT NULL,      -- JSON array of CIDRs
+    fetched_at INTEGER NOT NULL       -- unix ms
+) WITHOUT ROWID;

@@ -19,11 +19,14 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::admin::{self, AdminState};
 use crate::catchup::CatchupHandle;
 use crate::config::{Config, Secret};
 use crate::dispatch::worker::Dispatcher;
+use crate::edge::Edge;
+use crate::edge::sets::Refresher;
 use crate::metrics::Metrics;
 use crate::receive::Receiver;
 use crate::store::{self, Store, WriterHandle, WriterThread};
@@ -42,6 +45,9 @@ pub struct App {
     /// The bearer token the admin listener requires.
     admin_token: Secret,
     metrics: Arc<Metrics>,
+    edge: Arc<Edge>,
+    /// Refreshes the named IP sets; `None` when no source uses one.
+    refresher: Option<Refresher>,
 }
 
 impl App {
@@ -54,6 +60,21 @@ impl App {
         )?;
         let admin_token = admin::token::resolve(&config.admin, &config.server.database)?;
         let metrics = Arc::new(Metrics::new(store.writer_metrics()));
+        let edge = Arc::new(Edge::new(&config, metrics.edge()));
+        let used = crate::edge::sets::used(&config);
+        let refresher = if used.is_empty() {
+            None
+        } else {
+            let refresher = Refresher::new(
+                edge.sets.clone(),
+                used,
+                &config.edge,
+                writer.clone(),
+                metrics.edge(),
+            )?;
+            refresher.start(&store).await;
+            Some(refresher)
+        };
         let public = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding the public listener {}", config.server.listen))?;
@@ -71,6 +92,8 @@ impl App {
             admin,
             admin_token,
             metrics,
+            edge,
+            refresher,
         })
     }
 
@@ -101,15 +124,24 @@ impl App {
             admin,
             admin_token,
             metrics,
+            edge,
+            refresher,
         } = self;
         let header_timeout = config.server.header_timeout;
+        let max_connections = config.server.max_connections;
+        let refresh_task = refresher.map(|r| {
+            tokio::spawn(
+                r.run(shutdown.clone())
+                    .instrument(tracing::info_span!("ip_sets")),
+            )
+        });
         let wake = Arc::new(Notify::new());
         let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone(), &metrics)?;
         let upkeep = maintenance::spawn(&config, store.clone(), writer.clone(), shutdown.clone());
         // The admin API may keep a clone of `catchup` to run a pass on demand.
         let catchup = CatchupHandle::new(&config, store.clone(), writer.clone(), wake.clone())?;
         let catchup_task = tokio::spawn(catchup.clone().run(shutdown.clone()));
-        let public_router = public_router(&config, writer.clone(), wake.clone(), &metrics);
+        let public_router = public_router(&config, writer.clone(), wake.clone(), &metrics, edge);
         let watchdog = tokio::spawn(notify::watchdog(writer.clone(), shutdown.clone()));
         let admin_state = AdminState {
             config: Arc::new(config.clone()),
@@ -126,6 +158,7 @@ impl App {
                 listener,
                 router,
                 header_timeout,
+                max_connections,
                 shutdown.clone(),
             ))
         };
@@ -142,6 +175,9 @@ impl App {
             task.await.context("the dispatcher task failed")?;
         }
         catchup_task.await.context("the catch-up task failed")?;
+        if let Some(task) = refresh_task {
+            task.await.context("the IP set refresh task failed")?;
+        }
         for task in upkeep {
             task.await.context("a maintenance task failed")?;
         }
@@ -163,8 +199,9 @@ fn public_router(
     writer: WriterHandle,
     dispatch: Arc<Notify>,
     metrics: &Metrics,
+    edge: Arc<Edge>,
 ) -> Router {
-    let receiver = Receiver::new(config, writer.clone(), dispatch, metrics);
+    let receiver = Receiver::new(config, writer.clone(), dispatch, metrics, edge);
     Router::new()
         .route("/hooks/{source}", post(crate::receive::receive))
         .with_state(receiver)

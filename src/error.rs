@@ -41,6 +41,10 @@ pub enum ApiError {
     BodyTimeout,
     /// 400: the connection broke while the body was read.
     BodyUnreadable,
+    /// 403: the client address is not in the source's `allow_ips`.
+    ForbiddenAddress,
+    /// 429: the client address keeps failing verification and is blocked.
+    TooManyFailures { retry_after_secs: u64 },
     /// 503: nothing was stored; try again.
     Unavailable,
     /// 401 on the admin listener: no bearer token, or the wrong one.
@@ -69,6 +73,8 @@ impl ApiError {
             ApiError::UnknownSource => StatusCode::NOT_FOUND,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ApiError::ForbiddenAddress => StatusCode::FORBIDDEN,
+            ApiError::TooManyFailures { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
@@ -86,6 +92,8 @@ impl ApiError {
             ApiError::BodyTooLarge => "body_too_large",
             ApiError::BodyTimeout => "body_timeout",
             ApiError::BodyUnreadable => "body_unreadable",
+            ApiError::ForbiddenAddress => "forbidden_address",
+            ApiError::TooManyFailures { .. } => "too_many_failures",
             ApiError::Unavailable => "unavailable",
             ApiError::Unauthorized => "unauthorized",
             ApiError::BadRequest { reason, .. } | ApiError::Conflict { reason, .. } => reason,
@@ -140,9 +148,18 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
             }
-            // The rest of the body may still be on the wire; close rather
-            // than read it to find the next request.
-            ApiError::BodyTooLarge | ApiError::BodyTimeout | ApiError::BodyUnreadable => {
+            ApiError::TooManyFailures { retry_after_secs } => {
+                let headers = response.headers_mut();
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            // The rest of the body may still be on the wire (or, for a
+            // refused address, was never read); close rather than read it
+            // to find the next request.
+            ApiError::BodyTooLarge
+            | ApiError::BodyTimeout
+            | ApiError::BodyUnreadable
+            | ApiError::ForbiddenAddress => {
                 response
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -1,5 +1,5 @@
-//! `/healthz` (the process answers) and `/readyz` (the writer is alive and
-//! the database takes a commit), on both listeners.
+//! `/healthz` (the process answers) and `/readyz` (the writer is alive, the
+//! database takes a commit, and its disk is not full), on both listeners.
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ pub async fn healthz() -> Response {
 }
 
 pub async fn readyz(State(writer): State<WriterHandle>) -> Response {
-    match tokio::time::timeout(READY_TIMEOUT, writer.ping()).await {
+    match tokio::time::timeout(READY_TIMEOUT, writer.ready()).await {
         Ok(Ok(())) => Json(json!({ "status": "ready" })).into_response(),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "not ready");

@@ -6,6 +6,7 @@ pub mod catchup;
 pub mod clock;
 pub mod config;
 pub mod dispatch;
+pub mod edge;
 pub mod error;
 pub mod health;
 pub mod maintenance;

@@ -17,7 +17,8 @@ use hookbox::telemetry::{self, LogFormat};
 #[derive(Parser)]
 #[command(
     name = "hookbox",
-    version,
+    // build.rs records the commit; "unknown commit" outside a git checkout.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("HOOKBOX_GIT_COMMIT"), ")"),
     about = "A self-hosted webhook inbox on one SQLite file"
 )]
 struct Cli {

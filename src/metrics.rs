@@ -18,6 +18,7 @@ use std::time::Duration;
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -79,6 +80,34 @@ impl EncodeLabelSet for AttemptLabels {
     }
 }
 
+/// `hookbox_edge_refused_total` labels: which source, and why
+/// (`not_allowed`, `set_unavailable`, `too_many_failures`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct EdgeLabels {
+    source: Arc<str>,
+    reason: &'static str,
+}
+
+impl EncodeLabelSet for EdgeLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("source", &*self.source).encode(encoder.encode_label())?;
+        ("reason", self.reason).encode(encoder.encode_label())
+    }
+}
+
+/// A label with one static value (`reason`, `set`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct StaticLabel {
+    name: &'static str,
+    value: &'static str,
+}
+
+impl EncodeLabelSet for StaticLabel {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        (self.name, self.value).encode(encoder.encode_label())
+    }
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// What the writer thread observes per group. Created by the store (which
@@ -108,6 +137,7 @@ pub struct Metrics {
     request_seconds: HistogramFamily<SourceLabel>,
     attempts: Family<AttemptLabels, Counter>,
     dispatch_seconds: HistogramFamily<SourceLabel>,
+    edge: EdgeMetrics,
 }
 
 impl Metrics {
@@ -149,12 +179,34 @@ impl Metrics {
             "Time one delivery attempt took",
             dispatch_seconds.clone(),
         );
+        let edge = EdgeMetrics::default();
+        registry.register(
+            "edge_refused",
+            "Requests refused before their body was read, by source and reason (not_allowed, set_unavailable, too_many_failures)",
+            edge.refused.clone(),
+        );
+        registry.register(
+            "edge_forwarded_fallback",
+            "Requests from a trusted proxy whose forwarding header named no usable client (malformed, obfuscated): the proxy's address was used",
+            edge.fallback.clone(),
+        );
+        registry.register(
+            "edge_blocked",
+            "Times a client address was blocked for failing verification too often",
+            edge.blocked.clone(),
+        );
+        registry.register(
+            "edge_ip_set_ranges",
+            "Ranges known of each named IP set (0: none yet, its sources refuse everyone)",
+            edge.set_ranges.clone(),
+        );
         Metrics {
             registry,
             received,
             request_seconds,
             attempts,
             dispatch_seconds,
+            edge,
         }
     }
 
@@ -211,6 +263,11 @@ impl Metrics {
         }
     }
 
+    /// The edge's handles (allowlists, failure limit, proxies).
+    pub fn edge(&self) -> EdgeMetrics {
+        self.edge.clone()
+    }
+
     /// Appends the in-memory metrics in the Prometheus text format.
     pub fn encode(&self, out: &mut String) -> std::fmt::Result {
         prometheus_client::encoding::prometheus_text::encode(out, &self.registry)
@@ -255,6 +312,49 @@ impl SourceMetrics {
             })
             .inc();
         self.latency.observe(took.as_secs_f64());
+    }
+}
+
+/// What the edge counts; cheap to clone. Refusals are rare enough that
+/// their label is built per request.
+#[derive(Clone, Debug, Default)]
+pub struct EdgeMetrics {
+    refused: Family<EdgeLabels, Counter>,
+    fallback: Family<StaticLabel, Counter>,
+    blocked: Counter,
+    set_ranges: Family<StaticLabel, Gauge>,
+}
+
+impl EdgeMetrics {
+    pub fn refused(&self, source: &str, reason: &'static str) {
+        self.refused
+            .get_or_create(&EdgeLabels {
+                source: Arc::from(source),
+                reason,
+            })
+            .inc();
+    }
+
+    pub fn forwarded_fallback(&self, reason: &'static str) {
+        self.fallback
+            .get_or_create(&StaticLabel {
+                name: "reason",
+                value: reason,
+            })
+            .inc();
+    }
+
+    pub fn blocked(&self) {
+        self.blocked.inc();
+    }
+
+    pub fn set_ranges(&self, set: &'static str, ranges: usize) {
+        self.set_ranges
+            .get_or_create(&StaticLabel {
+                name: "set",
+                value: set,
+            })
+            .set(i64::try_from(ranges).unwrap_or(i64::MAX));
     }
 }
 

@@ -181,6 +181,14 @@ pub async fn replay_one(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
+    let n = replay_event(&st, id).await?;
+    Ok(Json(json!({ "replayed": n })))
+}
+
+/// Puts event `id` back to pending (the API's and the dashboard's replay
+/// button): 404 when unknown, 409 when it is already pending or its source
+/// has no destination.
+pub(super) async fn replay_event(st: &AdminState, id: i64) -> Result<usize, ApiError> {
     let (source, state) = st
         .store
         .read(move |c| queries::event_state(c, id))
@@ -199,12 +207,12 @@ pub async fn replay_one(
         id: Some(id),
         ..ReplayFilter::default()
     };
-    let n = replay(&st, filter).await?;
+    let n = replay(st, filter).await?;
     if n == 0 {
         // It moved (to pending, by another replay) since we looked.
         return Err(not_replayable(id, "pending"));
     }
-    Ok(Json(json!({ "replayed": n })))
+    Ok(n)
 }
 
 fn not_replayable(id: i64, state: &str) -> ApiError {
@@ -259,7 +267,22 @@ pub async fn replay_many(
     };
     let since = body.since.map(|t| t.millis("since")).transpose()?;
     let until = body.until.map(|t| t.millis("until")).transpose()?;
-    let sources: Vec<String> = match body.source {
+    let replayed = replay_matching(&st, &state, body.source, since, until).await?;
+    Ok(Json(json!({ "replayed": replayed })))
+}
+
+/// Replays every `state` event received in `[since, until)` of `source`,
+/// or of every source with a destination (`POST /api/replay` and the
+/// dashboard's "replay all dead"). 404 for an unknown source, 409 for one
+/// without a destination.
+pub(super) async fn replay_matching(
+    st: &AdminState,
+    state: &str,
+    source: Option<String>,
+    since: Option<i64>,
+    until: Option<i64>,
+) -> Result<usize, ApiError> {
+    let sources: Vec<String> = match source {
         Some(source) if st.config.source(&source).is_none() => {
             return Err(ApiError::NotFound("unknown_source"));
         }
@@ -284,14 +307,14 @@ pub async fn replay_many(
     for source in sources {
         let filter = ReplayFilter {
             source: Some(source),
-            state: Some(state.clone()),
+            state: Some(state.to_owned()),
             since,
             until,
             ..ReplayFilter::default()
         };
-        replayed += replay(&st, filter).await?;
+        replayed += replay(st, filter).await?;
     }
-    Ok(Json(json!({ "replayed": replayed })))
+    Ok(replayed)
 }
 
 /// Replays through the writer and wakes the dispatcher when anything moved.

@@ -1,7 +1,10 @@
-//! The admin listener: the JSON API under `/api`, `/metrics`, and the
-//! bearer-token check in front of both.
+//! The admin listener: the JSON API under `/api`, `/metrics`, the
+//! bearer-token check in front of both, and the HTML dashboard.
 //!
-//! Every route here is behind [`require_token`]; `/healthz` and `/readyz`,
+//! Every `/api` route and `/metrics` is behind [`require_token`]; the
+//! dashboard's pages (see [`dashboard`]) take a session cookie instead, got
+//! by logging in with the same token, and a cookie never opens `/api`.
+//! `/healthz` and `/readyz`,
 //! which `crate::app` merges in afterwards, are not, so probes need no
 //! secret. A path that matches no route is a JSON 404 with or without a
 //! token: the routes are documented, so hiding them would protect nothing.
@@ -10,6 +13,7 @@
 //! write only through the writer ([`WriterHandle::replay`]); none holds SQL.
 //! Errors are [`ApiError`]s: `{"error": reason, "detail": ...}`.
 
+pub mod dashboard;
 pub mod events;
 pub mod metrics;
 pub mod stats;
@@ -74,6 +78,7 @@ fn digest(token: &[u8]) -> [u8; 32] {
 /// The admin routes, each behind the token.
 pub fn router(state: AdminState, token: &Secret) -> Router {
     let expected = TokenDigest(digest(token.expose().as_bytes()));
+    let pages = dashboard::router(state.clone(), expected.clone());
     Router::new()
         .route("/api/events", get(events::list))
         .route("/api/events/{id}", get(events::show))
@@ -86,6 +91,7 @@ pub fn router(state: AdminState, token: &Secret) -> Router {
         .route_layer(middleware::from_fn_with_state(expected, require_token))
         .fallback(not_found)
         .with_state(state)
+        .merge(pages)
 }
 
 /// Lets a request through only with `Authorization: Bearer <token>`.
@@ -112,8 +118,14 @@ fn authorized(headers: &axum::http::HeaderMap, expected: &TokenDigest) -> bool {
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
         return false;
     }
-    let sent = digest(token.trim_ascii());
-    sent.ct_eq(&expected.0).into()
+    token_matches(token.trim_ascii(), expected)
+}
+
+/// Whether `sent` is the admin token, compared in constant time (on
+/// digests, so its length does not show either). The dashboard's login
+/// uses this too.
+fn token_matches(sent: &[u8], expected: &TokenDigest) -> bool {
+    digest(sent).ct_eq(&expected.0).into()
 }
 
 async fn not_found() -> ApiError {

@@ -15,6 +15,7 @@ mod admin;
 mod catchup;
 mod deliver;
 mod duration;
+mod edge;
 mod ops;
 mod secret;
 
@@ -32,6 +33,7 @@ pub use catchup::{
     StripeBackfillConfig,
 };
 pub use deliver::{DeliverConfig, Destination, RawDeliver};
+pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use ops::{BackupConfig, RetentionConfig};
 pub use secret::Secret;
 
@@ -56,6 +58,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub backup: BackupConfig,
     #[serde(default)]
+    pub edge: RawEdge,
+    #[serde(default)]
     pub sources: Vec<RawSource>,
 }
 
@@ -75,6 +79,14 @@ pub struct RawServer {
     pub body_timeout: Duration,
     /// Requests waiting for the writer beyond this get 503 at once.
     pub writer_queue: usize,
+    /// Peers (CIDRs or addresses) whose forwarding header names the client.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<String>,
+    /// The header a trusted proxy sets: `x-forwarded-for` or `forwarded`.
+    pub forwarded_header: ForwardedHeader,
+    /// Connections each listener serves at once; past it, hookbox stops
+    /// accepting until one closes (the kernel queues the rest).
+    pub max_connections: usize,
 }
 
 impl Default for RawServer {
@@ -88,6 +100,9 @@ impl Default for RawServer {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             writer_queue: 8192,
+            trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::XForwardedFor,
+            max_connections: 1024,
         }
     }
 }
@@ -160,6 +175,10 @@ pub struct RawSource {
     /// Only for `kind = "stripe"`: fetch missed events from Stripe's API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stripe_backfill: Option<RawStripeBackfill>,
+    /// CIDRs and named sets (`"github"`, `"stripe"`) allowed to post;
+    /// empty: every address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_ips: Vec<String>,
 }
 
 impl fmt::Debug for RawSource {
@@ -177,6 +196,7 @@ impl fmt::Debug for RawSource {
             .field("deliver", &self.deliver)
             .field("github_redelivery", &self.github_redelivery)
             .field("stripe_backfill", &self.stripe_backfill)
+            .field("allow_ips", &self.allow_ips)
             .finish()
     }
 }
@@ -244,6 +264,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub retention: RetentionConfig,
     pub backup: BackupConfig,
+    pub edge: EdgeConfig,
     pub sources: Vec<SourceConfig>,
     /// Where this config came from, for logs and `hookbox check`.
     pub origin: String,
@@ -267,6 +288,8 @@ pub struct SourceConfig {
     pub deliver: Option<DeliverConfig>,
     pub github_redelivery: Option<GithubRedeliveryConfig>,
     pub stripe_backfill: Option<StripeBackfillConfig>,
+    /// `None`: every address may post.
+    pub allow_ips: Option<AllowIps>,
 }
 
 #[derive(Debug, Clone)]
@@ -381,6 +404,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 deliver: None,
                 github_redelivery: None,
                 stripe_backfill: None,
+                allow_ips: Vec::new(),
             });
         } else {
             disabled.push((name, var.to_owned()));
@@ -412,6 +436,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
     }
     ops::validate(&raw.retention, &raw.backup, &mut problems);
     let admin = admin::validate(&raw.admin, &mut problems);
+    let edge = edge::validate(&raw.edge, server, &mut problems);
 
     let mut names = HashSet::new();
     let mut sources = Vec::new();
@@ -439,6 +464,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
             admin,
             retention: raw.retention.clone(),
             backup: raw.backup.clone(),
+            edge,
             sources,
             origin,
             disabled_defaults: Vec::new(),
@@ -531,6 +557,7 @@ fn validate_source(
         }
         (None, _) => None,
     };
+    let allow_ips = edge::validate_allow_ips(&src.allow_ips, at, problems);
     (problems.len() == before).then(|| SourceConfig {
         name: src.name.clone(),
         kind: src.kind,
@@ -542,6 +569,7 @@ fn validate_source(
         deliver,
         github_redelivery,
         stripe_backfill,
+        allow_ips,
     })
 }
 

@@ -1,6 +1,8 @@
 //! `POST /hooks/{source}`: read, verify, identify, store, answer.
 //!
-//! The handler reads as the contract does: find the source (404), read the
+//! The handler reads as the contract does: find the source (404), ask the
+//! edge about the client address before anything else (403 not allowed, 429
+//! blocked; see `crate::edge`), read the
 //! body within its limit and time (413, 408), verify the signature on the
 //! exact bytes (401), identify the event (400), hand it to the writer and
 //! answer only once it is committed (202 new, 200 duplicate, 503 when the
@@ -32,7 +34,8 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::clock;
-use crate::config::{Config, Kind, SourceConfig};
+use crate::config::{AllowIps, Config, Kind, SourceConfig};
+use crate::edge::Edge;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, SourceMetrics};
 use crate::store::models::{Inserted, NewEvent, Origin, State as EventState};
@@ -54,6 +57,8 @@ pub struct Source {
     /// Whether events go on to a destination (`pending`) or are only kept
     /// (`stored`).
     delivers: bool,
+    /// `None`: every address may post.
+    allow_ips: Option<AllowIps>,
     metrics: SourceMetrics,
 }
 
@@ -113,6 +118,7 @@ impl Source {
             max_body_bytes: cfg.max_body_bytes,
             keep_headers,
             delivers: cfg.deliver.is_some(),
+            allow_ips: cfg.allow_ips.clone(),
             metrics,
         }
     }
@@ -205,6 +211,8 @@ pub struct Receiver {
     dispatch: Arc<Notify>,
     /// Counts requests to names no source answers, under one label.
     unknown: SourceMetrics,
+    /// Client address, allowlists and the failure limit.
+    edge: Arc<Edge>,
 }
 
 impl Receiver {
@@ -213,6 +221,7 @@ impl Receiver {
         writer: WriterHandle,
         dispatch: Arc<Notify>,
         metrics: &Metrics,
+        edge: Arc<Edge>,
     ) -> Self {
         let sources = config
             .sources
@@ -230,6 +239,7 @@ impl Receiver {
             body_timeout: config.server.body_timeout,
             dispatch,
             unknown: metrics.unknown_source(),
+            edge,
         }
     }
 }
@@ -254,7 +264,16 @@ pub async fn receive(
         return Err(ApiError::UnknownSource);
     };
     let metrics = &source.metrics;
-    let answer = handle(&rx, name, request).await;
+    let (parts, body) = request.into_parts();
+    let client = rx.edge.client(&parts);
+    if let Err(refused) = rx.edge.admit(&name, source.allow_ips.as_ref(), client) {
+        metrics.rejected(refused.reason(), started.elapsed());
+        return Err(refused);
+    }
+    let answer = handle(&rx, name, Request::from_parts(parts, body)).await;
+    if let Err(ApiError::Unverified(_)) = &answer {
+        rx.edge.failed(client);
+    }
     let took = started.elapsed();
     match &answer {
         Ok(Answer::Accepted(_)) => metrics.accepted(took),

@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 use super::catchup::{self as catchup_sql, Done as CatchupDone, Op as CatchupOp};
 use super::dispatch::{self, AttemptRecord, Claimed, ReplayFilter};
 use super::ingest;
+use super::ip_sets::{self, CachedSet};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
 use super::retention::{self, PruneBatch, Pruned};
@@ -68,6 +69,12 @@ pub enum WriteCmd {
     Prune {
         batch: PruneBatch,
         reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+    /// Caches a freshly fetched named IP set (`crate::edge`).
+    SaveIpSet {
+        name: String,
+        set: CachedSet,
+        reply: oneshot::Sender<Result<(), StoreError>>,
     },
 }
 
@@ -128,6 +135,10 @@ impl WriteCmd {
                 Applied::Replayed(dispatch::replay(tx, filter, *now)?)
             }
             WriteCmd::Prune { batch, .. } => Applied::Pruned(retention::apply(tx, batch)?),
+            WriteCmd::SaveIpSet { name, set, .. } => {
+                ip_sets::save(tx, name, set)?;
+                Applied::Done
+            }
         })
     }
 
@@ -157,9 +168,9 @@ impl WriteCmd {
                 }
                 drop(reply.send(Ok(pruned.rows)))
             }
-            (WriteCmd::Ping { reply }, _) | (WriteCmd::Release { reply, .. }, _) => {
-                drop(reply.send(Ok(())))
-            }
+            (WriteCmd::Ping { reply }, _)
+            | (WriteCmd::Release { reply, .. }, _)
+            | (WriteCmd::SaveIpSet { reply, .. }, _) => drop(reply.send(Ok(()))),
             (WriteCmd::Record { .. }, _) => {}
             (cmd, _) => cmd.fail(StoreError::Unavailable(
                 "internal: mismatched result".into(),
@@ -170,9 +181,9 @@ impl WriteCmd {
     pub(super) fn fail(self, err: StoreError) {
         match self {
             WriteCmd::Insert { reply, .. } => drop(reply.send(Err(err))),
-            WriteCmd::Ping { reply } | WriteCmd::Release { reply, .. } => {
-                drop(reply.send(Err(err)))
-            }
+            WriteCmd::Ping { reply }
+            | WriteCmd::Release { reply, .. }
+            | WriteCmd::SaveIpSet { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Claim { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Catchup { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Replay { reply, .. } | WriteCmd::Prune { reply, .. } => {

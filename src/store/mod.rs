@@ -12,6 +12,7 @@ mod checkpoint;
 pub mod command;
 pub mod dispatch;
 mod ingest;
+pub mod ip_sets;
 pub mod listing;
 pub mod models;
 pub mod queries;
@@ -86,7 +87,11 @@ pub fn open(
         poisoned,
         recent,
     };
-    let (writer, join) = writer::spawn(conn, helpers, queue)?;
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => dir.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let (writer, join) = writer::spawn(conn, helpers, queue, dir)?;
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .with_init(|c| {

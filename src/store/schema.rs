@@ -10,14 +10,17 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
 /// Upgrade steps: `MIGRATIONS[i]` takes a database from version `i + 1` to
 /// `i + 2`. `schema.sql` must always equal version 1 plus every step, which
 /// a test checks.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0002_catchup.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0002_catchup.sql"),
+    include_str!("migrations/0003_ip_sets.sql"),
+];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
     let version: i64 = conn

@@ -19,6 +19,7 @@
 //! has answered what was queued, stopped the syncer and the checkpointer,
 //! and checkpointed the WAL.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -40,6 +41,10 @@ use crate::metrics::WriterMetrics;
 /// Most commands in one transaction: bounds how long the first waiter of a
 /// group waits for the last one's work.
 pub const MAX_BATCH: usize = 1024;
+
+/// Below this much free space on the database's file system, hookbox is not
+/// ready: an event of a few kilobytes may still fit, the next will not.
+const MIN_FREE_BYTES: u64 = 1024 * 1024;
 
 /// While commits keep failing, the failure is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -63,6 +68,8 @@ pub enum StoreError {
 pub struct WriterHandle {
     tx: mpsc::Sender<WriteCmd>,
     recent: Arc<RecentKeys>,
+    /// The database's directory, whose free space readiness checks.
+    dir: Arc<PathBuf>,
 }
 
 impl WriterHandle {
@@ -81,6 +88,28 @@ impl WriterHandle {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Ping { reply })?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Whether the store can take events: a ping commits, and the disk has
+    /// room for more than that. A small commit can still succeed on a full
+    /// disk, into WAL space SQLite already holds, while real events fail;
+    /// so readiness also asks the file system.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        self.ping().await?;
+        let dir = self.dir.clone();
+        let free = tokio::task::spawn_blocking(move || {
+            nix::sys::statvfs::statvfs(dir.as_path())
+                .map(|s| s.blocks_available() * s.fragment_size())
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?;
+        match free {
+            Ok(bytes) if bytes < MIN_FREE_BYTES => Err(StoreError::Unavailable(format!(
+                "only {bytes} bytes free on the database's file system"
+            ))),
+            // Unknown free space is not a reason to stop taking events.
+            _ => Ok(()),
+        }
     }
 
     /// A catch-up job's write, answered once durable. Waits for room in
@@ -150,6 +179,21 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Caches a fetched named IP set, durably. Waits for room in the
+    /// queue: a refresh is never in a hurry.
+    pub async fn save_ip_set(
+        &self,
+        name: String,
+        set: super::ip_sets::CachedSet,
+    ) -> Result<(), StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(WriteCmd::SaveIpSet { name, set, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
     fn send(&self, cmd: WriteCmd) -> Result<(), StoreError> {
         self.tx.try_send(cmd).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
@@ -176,6 +220,7 @@ pub fn spawn(
     conn: Connection,
     helpers: Helpers,
     queue: usize,
+    dir: PathBuf,
 ) -> anyhow::Result<(WriterHandle, JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel(queue);
     let recent = helpers.recent.clone();
@@ -183,7 +228,8 @@ pub fn spawn(
         .name("store-writer".into())
         .spawn(move || Writer::new(conn, helpers).run(rx))
         .context("starting the writer thread")?;
-    Ok((WriterHandle { tx, recent }, join))
+    let dir = Arc::new(dir);
+    Ok((WriterHandle { tx, recent, dir }, join))
 }
 
 struct Writer {

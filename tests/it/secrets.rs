@@ -21,7 +21,11 @@ const SW_KEY: &[u8] = b"standard-webhooks-key-bytes-1234";
 const DOWNSTREAM_KEY: &[u8] = b"downstream-signing-key-bytes-987";
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -33,7 +37,10 @@ async fn no_configured_secret_appears_in_the_output_even_at_debug_level() {
     let dir = tempfile::tempdir().unwrap();
     let downstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let downstream_addr = downstream.local_addr().unwrap();
-    let app = axum::Router::new().route("/hook", axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }));
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }),
+    );
     tokio::spawn(async move { axum::serve(downstream, app).await.unwrap() });
 
     let (public, admin) = (free_port(), free_port());
@@ -104,7 +111,13 @@ header = "X-Signature"
     let admin: SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while client.get(format!("http://{public}/readyz")).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+    while client
+        .get(format!("http://{public}/readyz"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
         assert!(Instant::now() < deadline, "hookbox did not become ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -136,7 +149,10 @@ header = "X-Signature"
         statuses.push(r.status().as_u16());
     }
     for key in [SW_KEY, b"wrong"] {
-        let sig = b64(&hmac_sha256(key, &[b"msg_1.", now.as_bytes(), b".", &body].concat()));
+        let sig = b64(&hmac_sha256(
+            key,
+            &[b"msg_1.", now.as_bytes(), b".", &body].concat(),
+        ));
         let r = client
             .post(hook("standard"))
             .header("webhook-id", "msg_1")
@@ -160,7 +176,10 @@ header = "X-Signature"
         statuses.push(r.status().as_u16());
     }
     for key in [SLACK.as_bytes(), b"wrong"] {
-        let sig = hex::encode(hmac_sha256(key, &[b"v0:", now.as_bytes(), b":", &body].concat()));
+        let sig = hex::encode(hmac_sha256(
+            key,
+            &[b"v0:", now.as_bytes(), b":", &body].concat(),
+        ));
         let r = client
             .post(hook("slack"))
             .header("x-slack-request-timestamp", &now)
@@ -190,26 +209,44 @@ header = "X-Signature"
             .unwrap();
         statuses.push(r.status().as_u16());
     }
-    assert_eq!(statuses, [202, 401, 202, 401, 202, 401, 202, 401, 202, 401, 202, 401, 200, 401]);
+    assert_eq!(
+        statuses,
+        [
+            202, 401, 202, 401, 202, 401, 202, 401, 202, 401, 202, 401, 200, 401
+        ]
+    );
 
     // Let the github event be delivered (signed with the downstream key).
     let db = rusqlite::Connection::open(dir.path().join("hookbox.db")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let state: String = db
-            .query_row("SELECT state FROM events WHERE source = 'github'", [], |r| r.get(0))
+            .query_row(
+                "SELECT state FROM events WHERE source = 'github'",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
         if state == "delivered" {
             break;
         }
-        assert!(Instant::now() < deadline, "the github event was not delivered: {state}");
+        assert!(
+            Instant::now() < deadline,
+            "the github event was not delivered: {state}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(child.wait().unwrap().success());
     let output = std::fs::read_to_string(&log_path).unwrap();
-    assert!(output.contains("DEBUG"), "debug logging was not on:\n{output}");
+    assert!(
+        output.contains("DEBUG"),
+        "debug logging was not on:\n{output}"
+    );
     let forbidden = [
         GITHUB.to_owned(),
         STRIPE.to_owned(),
@@ -223,8 +260,14 @@ header = "X-Signature"
         b64(DOWNSTREAM_KEY),
     ];
     for secret in &forbidden {
-        assert!(!output.contains(secret.as_str()), "a secret reached the log:\n{output}");
+        assert!(
+            !output.contains(secret.as_str()),
+            "a secret reached the log:\n{output}"
+        );
     }
     // Bodies are not logged either.
-    assert!(!output.contains("evt_1"), "a body reached the log:\n{output}");
+    assert!(
+        !output.contains("evt_1"),
+        "a body reached the log:\n{output}"
+    );
 }

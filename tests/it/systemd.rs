@@ -211,7 +211,11 @@ async fn the_container_health_check_passes_against_a_ready_server_and_fails_with
 /// `ldd` names (glibc's, which the slim image has).
 #[test]
 fn the_binary_runs_in_a_root_file_system_with_only_its_shared_libraries() {
-    let is_root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
     if !is_root {
         eprintln!("skipping: chroot needs root");
         return;
@@ -232,7 +236,10 @@ fn the_binary_runs_in_a_root_file_system_with_only_its_shared_libraries() {
     }
     let dest = root.path().join("hookbox");
     std::fs::copy(bin, &dest).unwrap();
-    for (args, want) in [(&["--version"][..], "hookbox "), (&["check"][..], "embedded default")] {
+    for (args, want) in [
+        (&["--version"][..], "hookbox "),
+        (&["check"][..], "embedded default"),
+    ] {
         let out = Command::new("/usr/sbin/chroot")
             .arg(root.path())
             .arg("/hookbox")
@@ -242,7 +249,11 @@ fn the_binary_runs_in_a_root_file_system_with_only_its_shared_libraries() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(stdout.contains(want), "{args:?}: {stdout}");
     }
 }

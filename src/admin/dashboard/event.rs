@@ -1,0 +1,160 @@
+//! One event's page (`GET /events/{id}`) and the replay actions
+//! (`POST /events/{id}/replay`, `POST /replay`), which go through the
+//! same functions as the API's replay, and so through the writer.
+
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::pages::{MAX_EXCERPT, parse_query, replay_button};
+use super::session::{Session, check_post};
+use super::view::{self, excerpt, link, opt_time, state, time};
+use super::{Dashboard, PageError};
+use crate::admin::events;
+use crate::error::ApiError;
+use crate::store::queries;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct DetailQuery {
+    replayed: Option<String>,
+}
+
+/// `GET /events/{id}`: one event with its headers, body and attempts.
+pub(super) async fn detail(
+    State(st): State<Dashboard>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+    query: Result<Query<DetailQuery>, QueryRejection>,
+) -> Result<Markup, PageError> {
+    let id = parse_id(&id)?;
+    let replayed = parse_query(query)?.replayed.is_some();
+    let d = st
+        .admin
+        .store
+        .read(move |c| queries::event_detail(c, id))
+        .await?
+        .ok_or(ApiError::NotFound("unknown_event"))?;
+    let e = &d.summary;
+    let replayable =
+        st.admin.delivers(&e.source) && matches!(e.state.as_str(), "dead" | "delivered");
+    let headers: Vec<(String, String)> = match &d.headers {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+                )
+            })
+            .collect(),
+        other => vec![("(unparsed)".to_owned(), other.to_string())],
+    };
+    let content = html! {
+        table {
+            tr { th { "Source" } td { (e.source) } }
+            tr { th { "Delivery id" } td { code { (e.delivery_id) } } }
+            tr { th { "Event type" } td { (e.event_type.as_deref().unwrap_or("-")) } }
+            tr { th { "State" } td { (state(&e.state)) } }
+            tr { th { "Received" } td { (time(e.received_at)) " (via " (e.origin) ")" } }
+            tr { th { "Attempts" } td { (e.attempts) } }
+            tr { th { "Next attempt" } td { (opt_time(e.next_attempt_at)) } }
+            tr { th { "Delivered" } td { (opt_time(e.delivered_at)) } }
+            tr { th { "Order key" } td { (d.order_key.as_deref().unwrap_or("-")) } }
+            tr { th { "Last error" } td { (e.last_error.as_deref().unwrap_or("-")) } }
+        }
+        @if replayable { (replay_button(e.id, &session.csrf)) }
+        h2 { "Headers" }
+        table {
+            @for (name, value) in &headers { tr { th { code { (name) } } td { code { (value) } } } }
+        }
+        h2 { "Body" }
+        @match &d.body {
+            None => p { "Dropped by retention." },
+            Some(bytes) => @match std::str::from_utf8(bytes) {
+                Ok(text) => {
+                    p { (d.content_type.as_deref().unwrap_or("no content type")) ", " (bytes.len()) " bytes" }
+                    pre { (text) }
+                },
+                Err(_) => p { "binary, " (bytes.len()) " bytes" },
+            },
+        }
+        h2 { "Attempts" }
+        @if d.attempts.is_empty() { p { "None yet." } } @else {
+            table {
+                tr { th { "#" } th { "Started" } th { "Duration" } th { "Outcome" } th { "Status" } th { "Error" } }
+                @for a in &d.attempts {
+                    tr {
+                        td.n { (a.attempt) } td { (time(a.started_at)) } td.n { (a.duration_ms) " ms" }
+                        td { (a.outcome) } td.n { (a.status_code.map(|s| s.to_string()).unwrap_or_default()) }
+                        td { (excerpt(a.error.as_deref().unwrap_or(""), MAX_EXCERPT)) }
+                    }
+                }
+            }
+        }
+    };
+    let notice =
+        replayed.then_some("Replayed: the event is back to pending and will be delivered shortly.");
+    Ok(view::page(
+        &format!("Event {id}"),
+        Some(&session.csrf),
+        notice,
+        content,
+    ))
+}
+
+fn parse_id(id: &str) -> Result<i64, ApiError> {
+    id.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or(ApiError::NotFound("unknown_event"))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ReplayForm {
+    csrf: Option<String>,
+    source: Option<String>,
+}
+
+fn form_fields(form: Result<Form<ReplayForm>, FormRejection>) -> ReplayForm {
+    form.map(|Form(f)| f).unwrap_or(ReplayForm {
+        csrf: None,
+        source: None,
+    })
+}
+
+/// `POST /events/{id}/replay`: replays one event, then shows it.
+pub(super) async fn replay_one(
+    State(st): State<Dashboard>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<ReplayForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    check_post(&headers, &session, form_fields(form).csrf.as_deref())?;
+    let id = parse_id(&id)?;
+    events::replay_event(&st.admin, id).await?;
+    Ok(Redirect::to(&format!("/events/{id}?replayed=1")).into_response())
+}
+
+/// `POST /replay`: replays every dead event (of `source`, if given).
+pub(super) async fn replay_dead(
+    State(st): State<Dashboard>,
+    Extension(session): Extension<Session>,
+    headers: HeaderMap,
+    form: Result<Form<ReplayForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let form = form_fields(form);
+    check_post(&headers, &session, form.csrf.as_deref())?;
+    let source = form.source.filter(|s| !s.is_empty());
+    let n = events::replay_matching(&st.admin, "dead", source.clone(), None, None).await?;
+    let n = n.to_string();
+    let to = link(
+        "/dead",
+        &[("source", source.as_deref()), ("replayed", Some(&n))],
+    );
+    Ok(Redirect::to(&to).into_response())
+}

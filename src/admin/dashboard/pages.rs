@@ -1,0 +1,316 @@
+//! The dashboard's list pages: the overview, the inbox, the dead letters
+//! and the catch-up runs. Each handler parses its query, reads through
+//! [`queries`], and renders with [`view`]; one event's page and the
+//! replay actions are in `event.rs`.
+
+use std::collections::BTreeMap;
+
+use axum::Extension;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::session::Session;
+use super::view::{self, csrf_field, excerpt, link, opt_time, state, time};
+use super::{Dashboard, PageError};
+use crate::admin::DEFAULT_LIMIT;
+use crate::clock;
+use crate::error::ApiError;
+use crate::store::queries::{self, EventFilter, EventPage, EventSummary, STATES};
+
+/// Longest error excerpt in a table cell.
+pub(super) const MAX_EXCERPT: usize = 120;
+
+/// `GET /`: the counts `/api/stats` gives, and each job's last catch-up run.
+pub(super) async fn overview(
+    State(st): State<Dashboard>,
+    Extension(session): Extension<Session>,
+) -> Result<Markup, PageError> {
+    let known: Vec<String> = st
+        .admin
+        .config
+        .sources
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    let now = clock::now_ms();
+    let (sources, last_runs) = st
+        .admin
+        .store
+        .read(move |c| {
+            Ok((
+                queries::source_stats(c, &known, now)?,
+                queries::last_catchup_runs(c)?,
+            ))
+        })
+        .await?;
+    let mut totals: BTreeMap<&str, i64> = BTreeMap::new();
+    for s in &sources {
+        for (state, n) in &s.counts {
+            *totals.entry(state.as_str()).or_default() += n;
+        }
+    }
+    let oldest = sources
+        .iter()
+        .filter_map(|s| s.oldest_pending_age_seconds)
+        .max_by(f64::total_cmp);
+    let age = |a: Option<f64>| a.map(|a| format!("{a:.0} s")).unwrap_or_else(|| "-".into());
+    let content = html! {
+        table {
+            tr { th { "Source" } @for s in STATES { th { (s) } } th { "Oldest pending" } }
+            @for s in &sources {
+                tr {
+                    td { a href=(link("/events", &[("source", Some(&s.source))])) { (s.source) } }
+                    @for state in STATES {
+                        td.n {
+                            a href=(link("/events", &[("source", Some(&s.source)), ("state", Some(state))])) {
+                                (s.counts.get(state).copied().unwrap_or(0))
+                            }
+                        }
+                    }
+                    td.n { (age(s.oldest_pending_age_seconds)) }
+                }
+            }
+            tr {
+                th { "All" }
+                @for state in STATES { th.n { (totals.get(state).copied().unwrap_or(0)) } }
+                th.n { (age(oldest)) }
+            }
+        }
+        h2 { "Last catch-up run of each job" }
+        (runs_table(&last_runs))
+    };
+    Ok(view::page("Overview", Some(&session.csrf), None, content))
+}
+
+/// The inbox's and dead letters' query string.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ListQuery {
+    source: Option<String>,
+    state: Option<String>,
+    event_type: Option<String>,
+    before: Option<String>,
+    /// Set after a replay, to say how many moved.
+    replayed: Option<String>,
+}
+
+impl ListQuery {
+    /// The API's filter, one page of [`DEFAULT_LIMIT`]; empty fields are unset.
+    fn filter(&self) -> Result<EventFilter, ApiError> {
+        let set = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        let state = set(&self.state);
+        if let Some(s) = &state
+            && !STATES.contains(&s.as_str())
+        {
+            let detail = format!("state: must be one of {}", STATES.join(", "));
+            return Err(ApiError::bad_request("invalid_filter", detail));
+        }
+        let before = match set(&self.before) {
+            None => None,
+            Some(v) => Some(v.parse::<i64>().ok().filter(|id| *id > 0).ok_or_else(|| {
+                ApiError::bad_request("invalid_filter", "before: must be an event id")
+            })?),
+        };
+        Ok(EventFilter {
+            source: set(&self.source),
+            state,
+            event_type: set(&self.event_type),
+            before,
+            limit: DEFAULT_LIMIT,
+            ..EventFilter::default()
+        })
+    }
+}
+
+pub(super) fn parse_query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request("invalid_filter", e.body_text()))
+}
+
+async fn list(st: &Dashboard, filter: EventFilter) -> Result<EventPage, PageError> {
+    Ok(st
+        .admin
+        .store
+        .read(move |c| queries::list_events(c, &filter))
+        .await?)
+}
+
+/// `GET /events`: the inbox, newest first, filtered like `/api/events`.
+pub(super) async fn inbox(
+    State(st): State<Dashboard>,
+    Extension(session): Extension<Session>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Markup, PageError> {
+    let filter = parse_query(query)?.filter()?;
+    let page = list(&st, filter.clone()).await?;
+    let content = html! {
+        form.filters method="get" action="/events" {
+            (source_select(&st, filter.source.as_deref()))
+            label { "State"
+                select name="state" {
+                    option value="" { "any" }
+                    @for s in STATES { option value=(s) selected[filter.state.as_deref() == Some(s)] { (s) } }
+                }
+            }
+            label { "Event type" input type="text" name="event_type" value=[filter.event_type.as_deref()]; }
+            button type="submit" { "Filter" }
+        }
+        (events_table(&page.events, None))
+        (older_link("/events", &filter, page.next_before))
+    };
+    Ok(view::page("Inbox", Some(&session.csrf), None, content))
+}
+
+/// `GET /dead`: dead letters with a replay button each, and one for all.
+pub(super) async fn dead(
+    State(st): State<Dashboard>,
+    Extension(session): Extension<Session>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Markup, PageError> {
+    let query = parse_query(query)?;
+    let mut filter = query.filter()?;
+    filter.state = Some("dead".to_owned());
+    let notice = query
+        .replayed
+        .as_deref()
+        .and_then(|n| n.parse::<usize>().ok())
+        .map(|n| format!("Replayed {n} event(s): back to pending, to be delivered shortly."));
+    let page = list(&st, filter.clone()).await?;
+    let source = filter.source.as_deref();
+    let content = html! {
+        form.filters method="get" action="/dead" {
+            (source_select(&st, source))
+            button type="submit" { "Filter" }
+        }
+        form.inline method="post" action="/replay" {
+            (csrf_field(&session.csrf))
+            @if let Some(source) = source { input type="hidden" name="source" value=(source); }
+            button type="submit" {
+                @match source {
+                    Some(source) => { "Replay all dead of " (source) }
+                    None => "Replay all dead (every source)",
+                }
+            }
+        }
+        (events_table(&page.events, Some(&session.csrf)))
+        (older_link("/dead", &filter, page.next_before))
+    };
+    Ok(view::page(
+        "Dead letters",
+        Some(&session.csrf),
+        notice.as_deref(),
+        content,
+    ))
+}
+
+fn source_select(st: &Dashboard, chosen: Option<&str>) -> Markup {
+    html! {
+        label { "Source"
+            select name="source" {
+                option value="" { "any" }
+                @for s in &st.admin.config.sources {
+                    option value=(s.name) selected[chosen == Some(s.name.as_str())] { (s.name) }
+                }
+            }
+        }
+    }
+}
+
+fn older_link(path: &str, f: &EventFilter, next: Option<i64>) -> Markup {
+    let Some(next) = next else {
+        return html! {};
+    };
+    let next = next.to_string();
+    let href = link(
+        path,
+        &[
+            ("source", f.source.as_deref()),
+            ("state", f.state.as_deref().filter(|_| path == "/events")),
+            ("event_type", f.event_type.as_deref()),
+            ("before", Some(&next)),
+        ],
+    );
+    html! { p { a href=(href) { "Older →" } } }
+}
+
+/// Events as table rows; with `csrf`, each row gets a replay button.
+fn events_table(events: &[EventSummary], csrf: Option<&str>) -> Markup {
+    html! {
+        @if events.is_empty() {
+            p { "No events." }
+        } @else {
+            table {
+                tr {
+                    th { "Id" } th { "Received" } th { "Source" } th { "Event type" }
+                    th { "Delivery id" } th { "State" } th { "Attempts" } th { "Last error" }
+                    @if csrf.is_some() { th {} }
+                }
+                @for e in events {
+                    tr {
+                        td.n { a href={ "/events/" (e.id) } { (e.id) } }
+                        td { (time(e.received_at)) }
+                        td { (e.source) }
+                        td { (e.event_type.as_deref().unwrap_or("-")) }
+                        td { code { (excerpt(&e.delivery_id, 60)) } }
+                        td { (state(&e.state)) }
+                        td.n { (e.attempts) }
+                        td { (excerpt(e.last_error.as_deref().unwrap_or(""), MAX_EXCERPT)) }
+                        @if let Some(csrf) = csrf {
+                            td { (replay_button(e.id, csrf)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn replay_button(id: i64, csrf: &str) -> Markup {
+    html! {
+        form.inline method="post" action={ "/events/" (id) "/replay" } {
+            (csrf_field(csrf))
+            button type="submit" { "Replay" }
+        }
+    }
+}
+
+/// `GET /catch-up`: the newest catch-up runs.
+pub(super) async fn catch_up(
+    State(st): State<Dashboard>,
+    Extension(session): Extension<Session>,
+) -> Result<Markup, PageError> {
+    let runs = st
+        .admin
+        .store
+        .read(move |c| queries::catchup_runs(c, None, DEFAULT_LIMIT))
+        .await?;
+    Ok(view::page(
+        "Catch-up runs",
+        Some(&session.csrf),
+        None,
+        runs_table(&runs),
+    ))
+}
+
+fn runs_table(runs: &[queries::CatchupRun]) -> Markup {
+    html! {
+        @if runs.is_empty() { p { "No catch-up runs yet." } } @else {
+            table {
+                tr {
+                    th { "Source" } th { "Job" } th { "Started" } th { "Finished" } th { "Pages" }
+                    th { "Seen" } th { "Asked" } th { "Failed" } th { "Complete" } th { "Error" }
+                }
+                @for r in runs {
+                    tr {
+                        td { (r.source) } td { (r.job) @if r.dry_run { " (dry run)" } }
+                        td { (time(r.started_at)) } td { (opt_time(r.finished_at)) }
+                        td.n { (r.pages) } td.n { (r.seen) } td.n { (r.asked) } td.n { (r.failed) }
+                        td { @if r.complete { "yes" } @else { "no" } }
+                        td { (excerpt(r.error.as_deref().unwrap_or(""), MAX_EXCERPT)) }
+                    }
+                }
+            }
+        }
+    }
+}

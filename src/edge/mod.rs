@@ -1,0 +1,154 @@
+//! The edge: what is decided about a request before its body is read.
+//!
+//! For `POST /hooks/{source}`, in this order:
+//!
+//! 1. **Who is asking** ([`client_addr`]): the TCP peer, or, behind a peer in
+//!    `server.trusted_proxies`, the rightmost untrusted hop of its
+//!    forwarding header.
+//! 2. **May it post to this source** (`allow_ips`: CIDRs and the named sets
+//!    of [`sets`]): if not, 403 `forbidden_address`.
+//! 3. **Has it been failing verification** ([`limit`]): if it is blocked,
+//!    429 `too_many_failures` with `Retry-After`.
+//!
+//! Refusals are counted in `hookbox_edge_refused_total{source,reason}` and
+//! never logged with the address (debug level names the source only).
+//! `crate::receive` calls [`Edge::admit`] first and [`Edge::failed`] after a
+//! 401; the global connection cap lives in `crate::server`.
+
+pub mod client_addr;
+pub mod limit;
+pub mod sets;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ConnectInfo;
+use axum::http::request::Parts;
+
+use crate::config::{AllowIps, Config};
+use crate::error::ApiError;
+use crate::metrics::EdgeMetrics;
+use client_addr::Proxies;
+use limit::FailureLimit;
+use sets::NamedSets;
+
+/// The edge's shared state: one per process, behind an `Arc`.
+#[derive(Debug)]
+pub struct Edge {
+    proxies: Proxies,
+    pub sets: Arc<NamedSets>,
+    /// `None` when `edge.max_failures = 0`.
+    limit: Option<FailureLimit>,
+    metrics: EdgeMetrics,
+}
+
+impl Edge {
+    pub fn new(config: &Config, metrics: EdgeMetrics) -> Self {
+        Edge {
+            proxies: Proxies::new(
+                config.edge.trusted_proxies.clone(),
+                config.edge.forwarded_header,
+            ),
+            sets: Arc::new(NamedSets::default()),
+            limit: FailureLimit::new(&config.edge),
+            metrics,
+        }
+    }
+
+    /// The client address of a request. Without the peer address (a
+    /// router driven without `crate::server`), the unspecified address
+    /// stands in: it is in no allowlist.
+    pub fn client(&self, parts: &Parts) -> IpAddr {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+        let client = self.proxies.resolve(peer, &parts.headers);
+        if let Some(reason) = client.fallback {
+            self.metrics.forwarded_fallback(reason);
+        }
+        client.ip
+    }
+
+    /// Decides whether `client` may post to `source`, before the body.
+    pub fn admit(
+        &self,
+        source: &str,
+        allow: Option<&AllowIps>,
+        client: IpAddr,
+    ) -> Result<(), ApiError> {
+        if let Some(allow) = allow {
+            match self.allowed(allow, client) {
+                Ok(()) => {}
+                Err(reason) => {
+                    self.metrics.refused(source, reason);
+                    tracing::debug!(source, reason, "refused an address");
+                    return Err(ApiError::ForbiddenAddress);
+                }
+            }
+        }
+        if let Some(wait) = self
+            .limit
+            .as_ref()
+            .and_then(|l| l.blocked(client, Instant::now()))
+        {
+            self.metrics.refused(source, "too_many_failures");
+            tracing::debug!(source, "refused a blocked address");
+            return Err(ApiError::TooManyFailures {
+                retry_after_secs: retry_after(wait),
+            });
+        }
+        Ok(())
+    }
+
+    /// Counts a failed verification from `client`.
+    pub fn failed(&self, client: IpAddr) {
+        if let Some(limit) = &self.limit
+            && limit.failed(client, Instant::now())
+        {
+            self.metrics.blocked();
+            tracing::debug!("blocked an address that keeps failing verification");
+        }
+    }
+
+    /// `Err(reason)` for the metrics when `client` is not allowed.
+    fn allowed(&self, allow: &AllowIps, client: IpAddr) -> Result<(), &'static str> {
+        if allow.nets.iter().any(|net| net.contains(&client)) {
+            return Ok(());
+        }
+        let mut unavailable = false;
+        for set in &allow.sets {
+            match self.sets.contains(*set, client) {
+                Some(true) => return Ok(()),
+                Some(false) => {}
+                None => unavailable = true,
+            }
+        }
+        Err(if unavailable {
+            "set_unavailable"
+        } else {
+            "not_allowed"
+        })
+    }
+}
+
+/// Whole seconds, rounded up, never 0 (`Retry-After: 0` invites a retry
+/// that would be refused).
+fn retry_after(wait: Duration) -> u64 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        assert_eq!(retry_after(Duration::from_millis(300)), 1);
+        assert_eq!(retry_after(Duration::from_secs(300)), 300);
+        assert_eq!(retry_after(Duration::from_millis(1500)), 2);
+        assert_eq!(retry_after(Duration::ZERO), 1);
+    }
+}
