@@ -516,3 +516,16 @@ async fn events_survive_a_restart_on_the_same_file() {
     assert_eq!(app.count("SELECT count(*) FROM events"), 2);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_database_and_its_wal_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let app = TestApp::spawn(GITHUB_SOURCE).await;
+    assert_eq!(app.post_github("mode-1", b"{}").await.status(), 202);
+    for suffix in ["", "-wal", "-shm"] {
+        let path = format!("{}{suffix}", app.db_path.display());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{path}: {mode:o}");
+    }
+    app.shutdown().await;
+}
