@@ -32,6 +32,8 @@ CREATE INDEX events_order ON events (source, order_key, id)
     WHERE state = 'pending' AND order_key IS NOT NULL;
 -- Listing a source's inbox newest first.
 CREATE INDEX events_source ON events (source, id);
+-- Counting dead letters per source (metrics, stats); since version 4.
+CREATE INDEX events_dead ON events (source) WHERE state = 'dead';
 
 -- One row per dispatch attempt.
 CREATE TABLE attempts (
