@@ -52,30 +52,8 @@ impl TestApp {
 
     /// Starts hookbox on a database in `dir` (which may already hold one).
     pub async fn spawn_in(dir: TempDir, sources: &str, server_extra: &str) -> TestApp {
-        if std::env::var_os("TEST_LOG").is_some() {
-            hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
-        }
         let db_path = dir.path().join("hookbox.db");
-        let text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
-            db_path.display().to_string()
-        );
-        let config = config::from_toml(&text, "test".into()).unwrap();
-        let app = App::build(config).await.unwrap();
-        let addr = app.public_addr();
-        let admin_addr = app.admin_addr();
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(app.run(shutdown.clone()));
-        TestApp {
-            addr,
-            admin_addr,
-            admin_token: ADMIN_TOKEN.to_owned(),
-            client: reqwest::Client::new(),
-            db_path,
-            dir,
-            shutdown,
-            task,
-        }
+        Self::spawn_at(dir, db_path, sources, server_extra).await
     }
 
     pub fn url(&self, path: &str) -> String {
