@@ -87,11 +87,7 @@ pub fn open(
         poisoned,
         recent,
     };
-    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) => dir.to_path_buf(),
-        None => PathBuf::from("."),
-    };
-    let (writer, join) = writer::spawn(conn, helpers, queue, dir)?;
+    let (writer, join) = writer::spawn(conn, helpers, queue, path)?;
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .with_init(|c| {

@@ -19,7 +19,7 @@
 //! has answered what was queued, stopped the syncer and the checkpointer,
 //! and checkpointed the WAL.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -41,6 +41,36 @@ use crate::metrics::WriterMetrics;
 /// Most commands in one transaction: bounds how long the first waiter of a
 /// group waits for the last one's work.
 pub const MAX_BATCH: usize = 1024;
+
+/// Why a poisoned store refuses; the log says what poisoned it.
+const POISONED: &str =
+    "the store refuses writes after a fatal error (see the log); restart hookbox";
+
+/// Which file a path named when the database was opened.
+struct FileIdentity {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl FileIdentity {
+    fn of(path: &Path) -> anyhow::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(FileIdentity {
+            path: path.to_path_buf(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    /// One `stat` per group: cheap next to the group's commit.
+    fn still_there(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path).is_ok_and(|m| m.dev() == self.dev && m.ino() == self.ino)
+    }
+}
 
 /// Below this much free space on the database's file system, hookbox is not
 /// ready: an event of a few kilobytes may still fit, the next will not.
@@ -70,11 +100,18 @@ pub struct WriterHandle {
     recent: Arc<RecentKeys>,
     /// The database's directory, whose free space readiness checks.
     dir: Arc<PathBuf>,
+    /// Once set, nothing the store says can be trusted: refuse everything.
+    poisoned: Arc<AtomicBool>,
 }
 
 impl WriterHandle {
     /// Stores an event, answering once it is durable (or a known duplicate).
     pub async fn insert(&self, event: NewEvent) -> Result<Inserted, StoreError> {
+        // A remembered key proves nothing once the store is poisoned (its
+        // file may be gone).
+        if self.poisoned.load(Ordering::Relaxed) {
+            return Err(StoreError::Unavailable(POISONED.into()));
+        }
         if let Some(id) = self.recent.get(&event.source, &event.delivery_id) {
             return Ok(Inserted::Duplicate(id));
         }
@@ -220,30 +257,47 @@ pub fn spawn(
     conn: Connection,
     helpers: Helpers,
     queue: usize,
-    dir: PathBuf,
+    db: &Path,
 ) -> anyhow::Result<(WriterHandle, JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel(queue);
     let recent = helpers.recent.clone();
+    let poisoned = helpers.poisoned.clone();
+    let file = FileIdentity::of(db)?;
     let join = std::thread::Builder::new()
         .name("store-writer".into())
-        .spawn(move || Writer::new(conn, helpers).run(rx))
+        .spawn(move || Writer::new(conn, helpers, file).run(rx))
         .context("starting the writer thread")?;
-    let dir = Arc::new(dir);
-    Ok((WriterHandle { tx, recent, dir }, join))
+    let dir = match db.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => dir.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    Ok((
+        WriterHandle {
+            tx,
+            recent,
+            dir: Arc::new(dir),
+            poisoned,
+        },
+        join,
+    ))
 }
 
 struct Writer {
     conn: Connection,
     helpers: Helpers,
+    /// The database file as opened: if the path stops naming it, commits
+    /// would go to a file nobody will open again.
+    file: FileIdentity,
     /// Since when commits have been failing, and when that was last logged.
     failing: Option<(Instant, Instant)>,
 }
 
 impl Writer {
-    fn new(conn: Connection, helpers: Helpers) -> Self {
+    fn new(conn: Connection, helpers: Helpers, file: FileIdentity) -> Self {
         Writer {
             conn,
             helpers,
+            file,
             failing: None,
         }
     }
@@ -290,11 +344,17 @@ impl Writer {
     /// Runs `batch` in one transaction, then has every command answered:
     /// with its result once durable, with 503 when the commit failed.
     fn commit_group(&mut self, batch: &mut Vec<WriteCmd>) {
+        if !self.helpers.poisoned.load(Ordering::Relaxed) && !self.file.still_there() {
+            tracing::error!(
+                database = %self.file.path.display(),
+                "the database file was deleted or replaced under the running server: \
+                 refusing every write until hookbox is restarted"
+            );
+            self.helpers.poisoned.store(true, Ordering::Relaxed);
+        }
         if self.helpers.poisoned.load(Ordering::Relaxed) {
             for cmd in batch.drain(..) {
-                cmd.fail(StoreError::Unavailable(
-                    "an earlier fsync failed; restart hookbox".into(),
-                ));
+                cmd.fail(StoreError::Unavailable(POISONED.into()));
             }
             return;
         }
