@@ -30,6 +30,7 @@ use crate::edge::sets::Refresher;
 use crate::metrics::Metrics;
 use crate::receive::Receiver;
 use crate::store::{self, Store, WriterHandle, WriterThread};
+use crate::tls::Reloader;
 use crate::{health, maintenance, notify, server};
 
 /// How long the writer gets to finish after the listeners have stopped.
@@ -48,6 +49,8 @@ pub struct App {
     edge: Arc<Edge>,
     /// Refreshes the named IP sets; `None` when no source uses one.
     refresher: Option<Refresher>,
+    /// Holds and reloads the public listener's certificate; `None`: plain HTTP.
+    tls: Option<Reloader>,
 }
 
 impl App {
@@ -75,6 +78,12 @@ impl App {
             refresher.start(&store).await;
             Some(refresher)
         };
+        let tls = config
+            .tls
+            .as_ref()
+            .map(Reloader::new)
+            .transpose()
+            .context("loading the TLS certificate")?;
         let public = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding the public listener {}", config.server.listen))?;
@@ -94,6 +103,7 @@ impl App {
             metrics,
             edge,
             refresher,
+            tls,
         })
     }
 
@@ -126,7 +136,18 @@ impl App {
             metrics,
             edge,
             refresher,
+            tls,
         } = self;
+        let acceptor = tls
+            .as_ref()
+            .map(|t| crate::tls::acceptor(t.store()))
+            .transpose()?;
+        let tls_task = tls.map(|t| {
+            tokio::spawn(
+                t.run(shutdown.clone())
+                    .instrument(tracing::info_span!("tls_reload")),
+            )
+        });
         let header_timeout = config.server.header_timeout;
         let max_connections = config.server.max_connections;
         let refresh_task = refresher.map(|r| {
@@ -153,10 +174,11 @@ impl App {
         };
         let admin_router = admin::router(admin_state, &admin_token).merge(health_routes(writer));
         let dispatch_task = dispatcher.map(|d| tokio::spawn(d.run(shutdown.clone())));
-        let serve = |listener, router| {
+        let serve = |listener, router, tls| {
             tokio::spawn(server::serve(
                 listener,
                 router,
+                tls,
                 header_timeout,
                 max_connections,
                 shutdown.clone(),
@@ -168,7 +190,10 @@ impl App {
             notify::stopping();
         });
         notify::ready();
-        let (p, a) = tokio::join!(serve(public, public_router), serve(admin, admin_router));
+        let (p, a) = tokio::join!(
+            serve(public, public_router, acceptor),
+            serve(admin, admin_router, None)
+        );
         p.context("the public listener task failed")?;
         a.context("the admin listener task failed")?;
         if let Some(task) = dispatch_task {
@@ -182,6 +207,9 @@ impl App {
             task.await.context("a maintenance task failed")?;
         }
         watchdog.await.context("the watchdog task failed")?;
+        if let Some(task) = tls_task {
+            task.await.context("the TLS reload task failed")?;
+        }
         // Every writer handle lived in the routers and the dispatcher, which
         // are gone: the writer now drains its queue and stops.
         let joined = tokio::task::spawn_blocking(move || writer_thread.join());

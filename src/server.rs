@@ -14,6 +14,13 @@
 //! delivery arriving during a flood is then delayed, not failed, while the
 //! header timeout keeps idle or slow connections from holding slots for
 //! long.
+//!
+//! With a TLS acceptor (`[server.tls]`, see `crate::tls`) each connection
+//! first completes a TLS handshake, in its own task so a slow client
+//! cannot stall the accept loop. The handshake holds a connection slot and
+//! must finish within the header timeout, so a client that opens TCP and
+//! never finishes it is cut off like one that never sends headers; the
+//! headers then get the header timeout of their own.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,6 +35,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 /// How long in-flight requests get to finish after shutdown begins.
@@ -35,10 +43,11 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `router` on `listener` until `shutdown` fires, then waits for the
 /// requests in flight (up to [`DRAIN_TIMEOUT`]). At most `max_connections`
-/// are open at once.
+/// are open at once. With `tls`, every connection is TLS.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    tls: Option<TlsAcceptor>,
     header_timeout: Duration,
     max_connections: usize,
     shutdown: CancellationToken,
@@ -78,8 +87,38 @@ pub async fn serve(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
         let service = with_peer(TowerToHyperService::new(router.clone()), peer);
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let Some(tls) = tls.clone() else {
+            let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                drop(slot);
+            });
+            continue;
+        };
+        // Subscribed now, before any shutdown: a connection whose handshake
+        // ends after shutdown began is then closed as soon as it is idle.
+        let watcher = graceful.watcher();
+        let builder = builder.clone();
+        let stopping = shutdown.clone();
         tokio::spawn(async move {
+            let handshake = tokio::time::timeout(header_timeout, tls.accept(stream));
+            let stream = tokio::select! {
+                () = stopping.cancelled() => return,
+                done = handshake => match done {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!("TLS handshake not finished within the header timeout");
+                        return;
+                    }
+                },
+            };
+            let conn = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }

@@ -18,6 +18,7 @@ mod duration;
 mod edge;
 mod ops;
 mod secret;
+mod tls;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -36,6 +37,7 @@ pub use deliver::{DeliverConfig, Destination, RawDeliver};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use ops::{BackupConfig, RetentionConfig};
 pub use secret::Secret;
+pub use tls::{RawTls, TlsConfig};
 
 /// Where the config is looked for when `--config` is not given.
 pub const SYSTEM_CONFIG: &str = "/etc/hookbox/hookbox.toml";
@@ -87,6 +89,10 @@ pub struct RawServer {
     /// Connections each listener serves at once; past it, hookbox stops
     /// accepting until one closes (the kernel queues the rest).
     pub max_connections: usize,
+    /// Certificate and key files; when set the public listener speaks
+    /// only TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawTls>,
 }
 
 impl Default for RawServer {
@@ -103,6 +109,7 @@ impl Default for RawServer {
             trusted_proxies: Vec::new(),
             forwarded_header: ForwardedHeader::XForwardedFor,
             max_connections: 1024,
+            tls: None,
         }
     }
 }
@@ -265,6 +272,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub backup: BackupConfig,
     pub edge: EdgeConfig,
+    /// `None`: the public listener speaks plain HTTP.
+    pub tls: Option<TlsConfig>,
     pub sources: Vec<SourceConfig>,
     /// Where this config came from, for logs and `hookbox check`.
     pub origin: String,
@@ -437,6 +446,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
     ops::validate(&raw.retention, &raw.backup, &mut problems);
     let admin = admin::validate(&raw.admin, &mut problems);
     let edge = edge::validate(&raw.edge, server, &mut problems);
+    let tls = tls::validate(server.tls.as_ref(), &mut problems);
 
     let mut names = HashSet::new();
     let mut sources = Vec::new();
@@ -465,6 +475,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
             retention: raw.retention.clone(),
             backup: raw.backup.clone(),
             edge,
+            tls,
             sources,
             origin,
             disabled_defaults: Vec::new(),

@@ -149,6 +149,21 @@ fn assignment_key(line: &str) -> Option<&str> {
     ok.then_some(key)
 }
 
+/// `[a.b]` or `[[a]]` alone on a commented line (prose that merely
+/// starts with a bracket is not a header).
+fn commented_header(text: &str) -> Option<&str> {
+    let head = text.split('#').next().unwrap_or_default().trim();
+    let name = head
+        .strip_prefix('[')?
+        .strip_suffix(']')?
+        .trim_matches(['[', ']']);
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.');
+    ok.then_some(name)
+}
+
 /// Keys the example documents: those set (parsed as TOML) plus those shown
 /// commented out (`# key = …`), each under the table header above it.
 fn documented_in_example(text: &str) -> BTreeSet<String> {
@@ -165,6 +180,12 @@ fn documented_in_example(text: &str) -> BTreeSet<String> {
         let Some(commented) = line.strip_prefix('#') else {
             continue;
         };
+        // A table shown commented out (`# [server.tls]`) heads the
+        // commented keys below it, until the next header.
+        if let Some(header) = commented_header(commented.trim_start()) {
+            table = header.to_owned();
+            continue;
+        }
         if let Some(key) = assignment_key(commented.trim_start()) {
             out.insert(if table.is_empty() {
                 key.to_owned()

@@ -1,0 +1,291 @@
+//! `hookbox-attack`: valid requests' latency while an attack runs.
+//!
+//! Starts the release `hookbox serve` on a fresh database, then runs phases
+//! of `--phase` seconds each: a baseline, slowloris (`--slowloris`
+//! connections sending a header byte every 100 ms), `--idle` connections
+//! that open and send nothing, and a duplicate storm (64 tasks resending
+//! one id). During every phase `--valid` keep-alive connections post
+//! signed, unique GitHub deliveries; the phase prints their count, errors,
+//! p50 and p99. Raise the fd limit first for many idle connections
+//! (`ulimit -n 65536`, as `bench/run.sh attack` does).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use clap::Parser;
+use hmac::{KeyInit, Mac};
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+const SECRET: &str = "attack-secret";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hookbox-attack",
+    about = "Valid p50/p99 while hookbox is attacked"
+)]
+struct Args {
+    /// The hookbox binary [default: <workspace>/target/release/hookbox].
+    #[arg(long)]
+    hookbox: Option<PathBuf>,
+    /// Seconds per phase.
+    #[arg(long, default_value_t = 5.0)]
+    phase: f64,
+    /// Keep-alive connections posting valid deliveries.
+    #[arg(long, default_value_t = 8)]
+    valid: u32,
+    /// Slowloris connections.
+    #[arg(long, default_value_t = 500)]
+    slowloris: u32,
+    /// Idle connections (capped by the server's max_connections queue).
+    #[arg(long, default_value_t = 10_000)]
+    idle: u32,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    tokio::runtime::Runtime::new()?.block_on(run(args))
+}
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+async fn start(args: &Args) -> Result<Server> {
+    let bin = args.hookbox.clone().unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/hookbox")
+    });
+    let dir = tempfile::tempdir()?;
+    let (addr, admin) = (free_port()?, free_port()?);
+    let config = dir.path().join("hookbox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"{addr}\"\nadmin_listen = \"{admin}\"\ndatabase = {:?}\n\
+             header_timeout = \"10s\"\n\n[[sources]]\nname = \"github\"\nkind = \"github\"\n\
+             secrets = [\"{SECRET}\"]\n",
+            dir.path().join("hookbox.db").display().to_string()
+        ),
+    )?;
+    let child = Command::new(&bin)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("HOOKBOX_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let server = Server {
+        child,
+        addr,
+        _dir: dir,
+    };
+    for _ in 0..200 {
+        if let Ok(mut s) = TcpStream::connect(addr).await {
+            let _ = s
+                .write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await;
+            return Ok(server);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    bail!("hookbox did not start")
+}
+
+fn signature(body: &[u8]) -> String {
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes())
+        .expect("HMAC takes keys of any length");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn delivery(id: &str) -> Request<Full<Bytes>> {
+    let body = Bytes::from(format!(r#"{{"id":"{id}","zen":"attack"}}"#));
+    Request::post("/hooks/github")
+        .header("host", "bench")
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", id)
+        .header("x-hub-signature-256", signature(&body))
+        .body(Full::new(body))
+        .expect("static parts make a valid request")
+}
+
+/// Posts until `stop`; each answer's status and latency in microseconds.
+async fn client(addr: SocketAddr, tag: String, stop: Arc<AtomicBool>) -> (Vec<u64>, u64) {
+    let (mut lat, mut errors, mut seq) = (Vec::new(), 0, 0u64);
+    'outer: while !stop.load(Ordering::Relaxed) {
+        let Ok(stream) = TcpStream::connect(addr).await else {
+            errors += 1;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok((mut tx, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+        else {
+            errors += 1;
+            continue;
+        };
+        tokio::spawn(conn);
+        while !stop.load(Ordering::Relaxed) {
+            seq += 1;
+            let started = Instant::now();
+            let answer = match tx.send_request(delivery(&format!("{tag}-{seq}"))).await {
+                Ok(r) => (r.status().as_u16(), r.into_body().collect().await.is_ok()),
+                Err(_) => (0, false),
+            };
+            match answer {
+                (202, true) => lat.push(started.elapsed().as_micros() as u64),
+                _ => {
+                    errors += 1;
+                    continue 'outer;
+                }
+            }
+        }
+    }
+    (lat, errors)
+}
+
+async fn phase(args: &Args, addr: SocketAddr, name: &str, attack: impl FnOnce(Arc<AtomicBool>)) {
+    let stop = Arc::new(AtomicBool::new(false));
+    attack(stop.clone());
+    // Let the attack build up before measuring.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let clients: Vec<_> = (0..args.valid)
+        .map(|c| tokio::spawn(client(addr, format!("{name}-{c}"), stop.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_secs_f64(args.phase)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut lat, mut errors) = (Vec::new(), 0);
+    for c in clients {
+        if let Ok((l, e)) = c.await {
+            lat.extend(l);
+            errors += e;
+        }
+    }
+    lat.sort_unstable();
+    let q = |p: f64| {
+        lat.get(((lat.len() as f64 * p).ceil() as usize).saturating_sub(1))
+            .map_or(f64::NAN, |us| *us as f64 / 1000.0)
+    };
+    println!(
+        "{name:<24} valid 202s {:>7} ({:>6.0}/s)  errors {errors:>4}  p50 {:>7.2} ms  p99 {:>7.2} ms",
+        lat.len(),
+        lat.len() as f64 / args.phase,
+        q(0.50),
+        q(0.99)
+    );
+    // Attackers see `stop` and wind down; give their sockets time to close.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+async fn run(args: Args) -> Result<()> {
+    let server = start(&args).await?;
+    let addr = server.addr;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    phase(&args, addr, "baseline", |_| {}).await;
+
+    let n = args.slowloris;
+    phase(&args, addr, &format!("slowloris x{n}"), |stop| {
+        for i in 0..n {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(addr).await else {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    };
+                    let head = format!("POST /hooks/github HTTP/1.1\r\nx-slow-{i}: ");
+                    for b in head.bytes().chain(std::iter::repeat(b'a')) {
+                        if stop.load(Ordering::Relaxed) || s.write_all(&[b]).await.is_err() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            });
+        }
+    })
+    .await;
+
+    let n = args.idle;
+    let opened = Arc::new(AtomicU64::new(0));
+    let counted = opened.clone();
+    phase(&args, addr, &format!("idle x{n}"), |stop| {
+        for _ in 0..n {
+            let (stop, opened) = (stop.clone(), opened.clone());
+            tokio::spawn(async move {
+                if let Ok(s) = TcpStream::connect(addr).await {
+                    opened.fetch_add(1, Ordering::Relaxed);
+                    while !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    drop(s);
+                }
+            });
+        }
+    })
+    .await;
+    println!(
+        "  (idle connections opened: {})",
+        counted.load(Ordering::Relaxed)
+    );
+
+    let sent = Arc::new(AtomicU64::new(0));
+    let storm = sent.clone();
+    phase(&args, addr, "duplicate storm x64", |stop| {
+        for _ in 0..64 {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = TcpStream::connect(addr).await else {
+                    return;
+                };
+                let Ok((mut tx, conn)) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+                else {
+                    return;
+                };
+                tokio::spawn(conn);
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(r) = tx.send_request(delivery("storm-one-id")).await else {
+                        return;
+                    };
+                    if r.into_body().collect().await.is_err() {
+                        return;
+                    }
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    })
+    .await;
+    println!(
+        "  (storm requests answered: {})",
+        storm.load(Ordering::Relaxed)
+    );
+    drop(server);
+    Ok(())
+}
