@@ -253,8 +253,20 @@ pub async fn run_once(
     report
 }
 
-/// Records the end of the run, and moves the mark when the run was whole.
+/// Moves the mark when the run was whole, then records the end of the run:
+/// in that order, so a run seen finished and complete has its mark.
 async fn finish(runner: &Runner, job: &Job, run_id: i64, started_at: i64, report: &mut RunReport) {
+    if report.complete && !report.dry_run {
+        let mark = Op::MarkSuccess {
+            source: job.source.clone(),
+            job: job.name().to_owned(),
+            at: started_at,
+        };
+        if let Err(e) = runner.db.write(mark).await {
+            report.complete = false;
+            report.error = Some(format!("{e:#}"));
+        }
+    }
     let counts = RunCounts {
         pages: report.pages,
         seen: report.seen,
@@ -270,16 +282,6 @@ async fn finish(runner: &Runner, job: &Job, run_id: i64, started_at: i64, report
     };
     if let Err(e) = runner.db.write(finished).await {
         tracing::warn!(error = %format!("{e:#}"), "could not record the end of a catch-up run");
-    }
-    if report.complete && !report.dry_run {
-        let mark = Op::MarkSuccess {
-            source: job.source.clone(),
-            job: job.name().to_owned(),
-            at: started_at,
-        };
-        if let Err(e) = runner.db.write(mark).await {
-            report.error = Some(format!("{e:#}"));
-        }
     }
 }
 

@@ -21,7 +21,8 @@ use crate::config::Secret;
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::verify::{
-    VerifyError, any_signature_matches, check_timestamp, decode_base64, header, header_str,
+    MAX_CANDIDATES, VerifyError, any_signature_matches, check_timestamp, decode_base64, header,
+    header_str,
 };
 
 pub struct Standard {
@@ -80,7 +81,7 @@ impl Standard {
             .filter_map(decode_base64)
             .filter(|sig| !sig.is_empty())
             .collect();
-        if candidates.is_empty() {
+        if candidates.is_empty() || candidates.len() > MAX_CANDIDATES {
             return Err(VerifyError::MalformedSignature);
         }
         let parts: [&[u8]; 5] = [id, b".", ts, b".", req.body];

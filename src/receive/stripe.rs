@@ -19,7 +19,8 @@ use crate::config::Secret;
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::verify::{
-    VerifyError, any_signature_matches, check_timestamp, decode_hex, header, utf8_keys,
+    MAX_CANDIDATES, VerifyError, any_signature_matches, check_timestamp, decode_hex, header,
+    utf8_keys,
 };
 
 pub struct Stripe {
@@ -57,7 +58,7 @@ impl Stripe {
             }
         }
         let t = timestamp.ok_or(VerifyError::MissingTimestamp)?;
-        if candidates.is_empty() {
+        if candidates.is_empty() || candidates.len() > MAX_CANDIDATES {
             return Err(VerifyError::MalformedSignature);
         }
         check_timestamp(t, now, self.tolerance_secs)?;
@@ -226,5 +227,20 @@ mod tests {
             let result = identify(body.as_bytes());
             assert_eq!(result, Err(IdentifyError::MissingDeliveryId), "{body}");
         }
+    }
+
+    #[test]
+    fn a_header_with_too_many_signatures_is_malformed_before_any_hashing() {
+        let many: Vec<String> = (0..=MAX_CANDIDATES)
+            .map(|_| format!("v1={}", "00".repeat(32)))
+            .collect();
+        let value = format!("t=1000,{}", many.join(","));
+        let mut h = HeaderMap::new();
+        h.insert("stripe-signature", HeaderValue::from_str(&value).unwrap());
+        let stripe = Stripe::new(&[Secret::new("whsec_x")], 300);
+        assert_eq!(
+            stripe.verify(&Inbound::new(&h, b"{}"), 1000),
+            Err(VerifyError::MalformedSignature)
+        );
     }
 }

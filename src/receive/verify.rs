@@ -74,13 +74,24 @@ pub fn any_key_matches(keys: &[Vec<u8>], parts: &[&[u8]], candidate: &[u8]) -> b
     matched
 }
 
+/// Most signatures one header may carry. Senders put one per active
+/// secret (two during a rotation); a header with more is refused as
+/// malformed before any hashing, so a forged header with thousands of
+/// entries cannot buy thousands of HMACs over a large body.
+pub const MAX_CANDIDATES: usize = 8;
+
 /// True when any key's MAC over `parts` equals any of `candidates`, for
 /// headers that carry several signatures (one per active secret while a
-/// sender rotates). Every pair is tried, as in [`any_key_matches`].
+/// sender rotates). Each key's MAC is computed once; every pair is
+/// compared, as in [`any_key_matches`]. Callers refuse more than
+/// [`MAX_CANDIDATES`] candidates.
 pub fn any_signature_matches(keys: &[Vec<u8>], parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool {
     let mut matched = false;
-    for candidate in candidates {
-        matched |= any_key_matches(keys, parts, candidate);
+    for key in keys {
+        let mac = hmac_sha256(key, parts);
+        for candidate in candidates {
+            matched |= ct_eq(&mac, candidate);
+        }
     }
     matched
 }

@@ -83,6 +83,15 @@ fn run(wal: &File, rx: &mpsc::Receiver<Group>, poisoned: &AtomicBool, recent: &R
     while let Ok(first) = rx.recv() {
         pending.push(first);
         pending.extend(rx.try_iter());
+        // After a failed fsync, a later one can succeed without the pages
+        // the kernel dropped: groups committed before the writer noticed
+        // must not be answered as durable.
+        if poisoned.load(Ordering::Relaxed) {
+            for (cmd, _) in pending.drain(..).flatten() {
+                cmd.fail(StoreError::Unavailable("an earlier fsync failed".into()));
+            }
+            continue;
+        }
         match wal.sync_data() {
             Ok(()) => {
                 for (cmd, applied) in pending.drain(..).flatten() {

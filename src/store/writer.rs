@@ -20,8 +20,8 @@
 //! and checkpointed the WAL.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,9 @@ impl FileIdentity {
     }
 }
 
+/// How long a readiness answer is reused.
+const READY_CACHE: Duration = Duration::from_secs(1);
+
 /// Below this much free space on the database's file system, hookbox is not
 /// ready: an event of a few kilobytes may still fit, the next will not.
 const MIN_FREE_BYTES: u64 = 1024 * 1024;
@@ -102,6 +105,10 @@ pub struct WriterHandle {
     dir: Arc<PathBuf>,
     /// Once set, nothing the store says can be trusted: refuse everything.
     poisoned: Arc<AtomicBool>,
+    /// When readiness was last confirmed: `/readyz` is open to anyone and
+    /// each check is a commit, so a success is reused for a moment. A
+    /// failure is not: recovery shows at once.
+    ready_cache: Arc<Mutex<Option<Instant>>>,
 }
 
 impl WriterHandle {
@@ -132,6 +139,21 @@ impl WriterHandle {
     /// disk, into WAL space SQLite already holds, while real events fail;
     /// so readiness also asks the file system.
     pub async fn ready(&self) -> Result<(), StoreError> {
+        let fresh = self
+            .ready_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| at.elapsed() < READY_CACHE);
+        if fresh && !self.poisoned.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let answer = self.check_ready().await;
+        *self.ready_cache.lock().unwrap_or_else(|e| e.into_inner()) =
+            answer.is_ok().then(Instant::now);
+        answer
+    }
+
+    async fn check_ready(&self) -> Result<(), StoreError> {
         self.ping().await?;
         let dir = self.dir.clone();
         let free = tokio::task::spawn_blocking(move || {
@@ -277,6 +299,7 @@ pub fn spawn(
             recent,
             dir: Arc::new(dir),
             poisoned,
+            ready_cache: Arc::default(),
         },
         join,
     ))

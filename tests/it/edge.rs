@@ -358,15 +358,54 @@ async fn healthz_on(stream: &mut TcpStream) -> String {
 }
 
 #[tokio::test]
-async fn past_max_connections_a_new_connection_waits_until_one_closes() {
+async fn at_max_connections_the_longest_idle_connection_makes_room_for_a_new_one() {
     let app = TestApp::spawn_with(&github_source("github", "[]"), "max_connections = 4").await;
     let mut held = Vec::new();
     for _ in 0..4 {
         let mut stream = TcpStream::connect(app.addr).await.unwrap();
-        // Served once, then left idle: it holds its slot.
+        // Served once, then left idle on keep-alive: it holds its slot.
         assert!(healthz_on(&mut stream).await.starts_with("HTTP/1.1 200"));
         held.push(stream);
+        // Distinct moments of last activity (they are kept in ms).
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = app.url("/healthz");
+    // Without eviction this would wait for header_timeout (10 s) at least.
+    let r = tokio::time::timeout(GUARD, client.get(&url).send())
+        .await
+        .expect("served at the cap")
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The one idle longest, the first, was closed to make room.
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(GUARD, held[0].read(&mut buf))
+        .await
+        .expect("the oldest idle connection is closed")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the oldest idle connection was closed");
+    assert!(healthz_on(&mut held[3]).await.starts_with("HTTP/1.1 200"));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn at_max_connections_with_every_connection_busy_a_new_one_waits_for_a_slot() {
+    let app = TestApp::spawn_with(&github_source("github", "[]"), "max_connections = 4").await;
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(app.addr).await.unwrap();
+        // Headers in, body still owed: the request is running.
+        stream
+            .write_all(b"POST /hooks/github HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+            .await
+            .unwrap();
+        busy.push(stream);
+    }
+    // Let all four reach the handler before the fifth arrives.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
@@ -377,23 +416,19 @@ async fn past_max_connections_a_new_connection_waits_until_one_closes() {
         let url = url.clone();
         async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
     });
-    // Give it every chance to be (wrongly) served.
+    // Give it every chance to be (wrongly) served by closing a busy one.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !fifth.is_finished(),
-        "a fifth connection was served at the cap"
+        "a running request was cut off for a new connection"
     );
-    drop(held.pop());
+    drop(busy.pop());
     let status = tokio::time::timeout(GUARD, fifth)
         .await
         .expect("served once a slot freed")
         .unwrap()
         .unwrap();
     assert_eq!(status, 200);
-    drop(held);
-    for _ in 0..10 {
-        let r = client.get(&url).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-    }
+    drop(busy);
     app.shutdown().await;
 }

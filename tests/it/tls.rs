@@ -195,17 +195,39 @@ async fn a_signed_delivery_over_https_is_stored_and_replaced_files_are_served_wi
 }
 
 #[tokio::test]
-async fn a_client_that_never_finishes_the_handshake_is_cut_off_and_holds_a_slot_until_then() {
+async fn a_client_that_never_finishes_the_handshake_is_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let files = Files::new(dir.path());
     let ca = Ca::new("test CA");
     files.write(&ca.leaf(1));
-    let app = spawn(&files, "header_timeout = \"1s\"\nmax_connections = 1", "5s").await;
+    let app = spawn(&files, "header_timeout = \"1s\"", "5s").await;
+    let mut silent = TcpStream::connect(app.addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
+    // Disconnected (EOF or reset) by the header timeout, not left open.
+    match read {
+        Ok(Ok(0)) | Ok(Err(_)) => {}
+        other => panic!("the silent connection was not closed: {other:?}"),
+    }
+    app.shutdown().await;
+}
 
+#[tokio::test]
+async fn at_the_connection_cap_a_stalled_handshake_makes_room_for_a_real_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = Files::new(dir.path());
+    let ca = Ca::new("test CA");
+    files.write(&ca.leaf(1));
+    // The header timeout alone would hold the slot for a minute.
+    let app = spawn(
+        &files,
+        "header_timeout = \"60s\"\nmax_connections = 1",
+        "5s",
+    )
+    .await;
     let mut silent = TcpStream::connect(app.addr).await.unwrap();
     // Let the server accept it (taking the only slot) before the real client.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let started = Instant::now();
     let client = reqwest::Client::builder()
         .tls_certs_only([reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap()])
         .timeout(Duration::from_secs(10))
@@ -215,18 +237,11 @@ async fn a_client_that_never_finishes_the_handshake_is_cut_off_and_holds_a_slot_
         let mut buf = [0u8; 16];
         tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await
     });
-    // The silent client is disconnected (EOF or reset), not left open.
     match read {
         Ok(Ok(0)) | Ok(Err(_)) => {}
-        other => panic!("the silent connection was not closed: {other:?}"),
+        other => panic!("the stalled handshake was not closed: {other:?}"),
     }
-    // The real client waited in the listen queue for the silent one's slot.
     assert_eq!(status.unwrap(), 202);
-    let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_millis(600),
-        "served after {waited:?}: the handshake did not hold the connection slot"
-    );
     app.shutdown().await;
 }
 
