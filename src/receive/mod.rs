@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::clock;
 use crate::config::{AllowIps, Config, Kind, SourceConfig};
@@ -213,6 +213,8 @@ pub struct Receiver {
     unknown: SourceMetrics,
     /// Client address, allowlists and the failure limit.
     edge: Arc<Edge>,
+    /// Bodies being read or stored, in KiB: see [`BODY_MEMORY_KIB`].
+    body_memory: Arc<Semaphore>,
 }
 
 impl Receiver {
@@ -237,6 +239,7 @@ impl Receiver {
             sources: Arc::new(sources),
             writer,
             body_timeout: config.server.body_timeout,
+            body_memory: Arc::new(Semaphore::new(BODY_MEMORY_KIB)),
             dispatch,
             unknown: metrics.unknown_source(),
             edge,
@@ -302,7 +305,9 @@ pub async fn receive(
 async fn handle(rx: &Receiver, name: String, request: Request) -> Result<Answer, ApiError> {
     let source = rx.sources.get(&name).ok_or(ApiError::UnknownSource)?;
     let (parts, body) = request.into_parts();
-    let body = read_body(body, &parts.headers, source.max_body_bytes, rx.body_timeout).await?;
+    // Held until the event is stored or refused.
+    let _memory = reserve_body_memory(&rx.body_memory, &parts.headers, source.max_body_bytes)?;
+    let body = read_body(body, source.max_body_bytes, rx.body_timeout).await?;
     let now = clock::now_ms();
     let examined = if body.len() <= INLINE_VERIFY_MAX {
         source.examine(&parts.headers, body, now)
@@ -345,14 +350,19 @@ async fn handle(rx: &Receiver, name: String, request: Request) -> Result<Answer,
     }
 }
 
-/// Reads the whole body, refusing early when `Content-Length` is over the
-/// limit and stopping as soon as the bytes read pass it otherwise.
-async fn read_body(
-    body: Body,
+/// Memory for request bodies across all requests, in KiB (256 MiB). Bodies
+/// are read whole before their signature can be checked, so without a
+/// budget a thousand connections could each hold a 25 MiB body. A request
+/// reserves its `Content-Length` (or, without one, its source's limit)
+/// before reading; when the budget is spent it gets 503 with
+/// `Retry-After`, which every provider retries.
+const BODY_MEMORY_KIB: usize = 256 * 1024;
+
+fn reserve_body_memory(
+    budget: &Arc<Semaphore>,
     headers: &HeaderMap,
     limit: u64,
-    timeout: Duration,
-) -> Result<Bytes, ApiError> {
+) -> Result<OwnedSemaphorePermit, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -360,11 +370,63 @@ async fn read_body(
     if declared.is_some_and(|len| len > limit) {
         return Err(ApiError::BodyTooLarge);
     }
+    let bytes = declared.unwrap_or(limit);
+    // A source limit above the whole budget takes all of it, not forever 503.
+    let kib = bytes.div_ceil(1024).clamp(1, BODY_MEMORY_KIB as u64);
+    let kib = u32::try_from(kib).unwrap_or(u32::MAX);
+    budget.clone().try_acquire_many_owned(kib).map_err(|_| {
+        tracing::warn!("request bodies use all of their memory budget; answering 503");
+        ApiError::Unavailable
+    })
+}
+
+/// Reads the whole body, stopping as soon as the bytes read pass the limit
+/// (a `Content-Length` over it was refused by [`reserve_body_memory`]).
+async fn read_body(body: Body, limit: u64, timeout: Duration) -> Result<Bytes, ApiError> {
     let limited = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
     match tokio::time::timeout(timeout, limited.collect()).await {
         Err(_) => Err(ApiError::BodyTimeout),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::BodyTooLarge),
         Ok(Err(_)) => Err(ApiError::BodyUnreadable),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn length(n: u64) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        h
+    }
+
+    #[test]
+    fn bodies_reserve_their_length_or_their_limit_and_share_one_budget() {
+        let budget = Arc::new(Semaphore::new(BODY_MEMORY_KIB));
+        let small = reserve_body_memory(&budget, &length(2048), 1 << 20).unwrap();
+        assert_eq!(small.num_permits(), 2);
+        // Without a length, the source's limit is reserved.
+        let chunked = reserve_body_memory(&budget, &HeaderMap::new(), 10 << 20).unwrap();
+        assert_eq!(chunked.num_permits(), 10 * 1024);
+        // Over the limit is 413 before any reservation.
+        assert!(matches!(
+            reserve_body_memory(&budget, &length(2 << 20), 1 << 20),
+            Err(ApiError::BodyTooLarge)
+        ));
+        // A limit above the whole budget takes all of it once it is free.
+        assert!(matches!(
+            reserve_body_memory(&budget, &HeaderMap::new(), 1 << 40),
+            Err(ApiError::Unavailable)
+        ));
+        drop((small, chunked));
+        let all = reserve_body_memory(&budget, &HeaderMap::new(), 1 << 40).unwrap();
+        assert!(matches!(
+            reserve_body_memory(&budget, &length(1), 1 << 20),
+            Err(ApiError::Unavailable)
+        ));
+        drop(all);
     }
 }
