@@ -12,11 +12,20 @@ use serde_json::{Value, json};
 use super::{AdminState, parse_limit};
 use crate::clock;
 use crate::error::ApiError;
-use crate::store::queries::{self, CatchupRun};
+use crate::store::queries::{self, CatchupRun, SourceStats};
 
-/// `GET /api/stats`: counts per source and state, the oldest pending
-/// event's age (per source and overall), and each catch-up job's last run.
-pub async fn stats(State(st): State<AdminState>) -> Result<Json<Value>, ApiError> {
+/// What `/api/stats` and the dashboard's overview show.
+pub struct Overview {
+    pub sources: Vec<SourceStats>,
+    /// Counts per state over every source.
+    pub totals: BTreeMap<String, i64>,
+    /// The oldest pending event's age over every source.
+    pub oldest_pending_age_seconds: Option<f64>,
+    pub last_runs: Vec<CatchupRun>,
+}
+
+/// Reads the counts per source and state and each job's last run.
+pub async fn overview(st: &AdminState) -> Result<Overview, ApiError> {
     let known: Vec<String> = st.config.sources.iter().map(|s| s.name.clone()).collect();
     let now = clock::now_ms();
     let (sources, last_runs) = st
@@ -28,21 +37,33 @@ pub async fn stats(State(st): State<AdminState>) -> Result<Json<Value>, ApiError
             ))
         })
         .await?;
-    let mut totals: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut totals: BTreeMap<String, i64> = BTreeMap::new();
     for s in &sources {
         for (state, n) in &s.counts {
-            *totals.entry(state.as_str()).or_default() += n;
+            *totals.entry(state.clone()).or_default() += n;
         }
     }
-    let oldest = sources
+    let oldest_pending_age_seconds = sources
         .iter()
         .filter_map(|s| s.oldest_pending_age_seconds)
         .max_by(f64::total_cmp);
+    Ok(Overview {
+        sources,
+        totals,
+        oldest_pending_age_seconds,
+        last_runs,
+    })
+}
+
+/// `GET /api/stats`: counts per source and state, the oldest pending
+/// event's age (per source and overall), and each catch-up job's last run.
+pub async fn stats(State(st): State<AdminState>) -> Result<Json<Value>, ApiError> {
+    let o = overview(&st).await?;
     Ok(Json(json!({
-        "sources": sources,
-        "totals": totals,
-        "oldest_pending_age_seconds": oldest,
-        "last_catch_up": last_runs,
+        "sources": o.sources,
+        "totals": o.totals,
+        "oldest_pending_age_seconds": o.oldest_pending_age_seconds,
+        "last_catch_up": o.last_runs,
     })))
 }
 

@@ -3,8 +3,6 @@
 //! [`queries`], and renders with [`view`]; one event's page and the
 //! replay actions are in `event.rs`.
 
-use std::collections::BTreeMap;
-
 use axum::Extension;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -15,7 +13,6 @@ use super::session::Session;
 use super::view::{self, csrf_field, excerpt, link, opt_time, state, time};
 use super::{Dashboard, PageError};
 use crate::admin::DEFAULT_LIMIT;
-use crate::clock;
 use crate::error::ApiError;
 use crate::store::queries::{self, EventFilter, EventPage, EventSummary, STATES};
 
@@ -27,34 +24,12 @@ pub(super) async fn overview(
     State(st): State<Dashboard>,
     Extension(session): Extension<Session>,
 ) -> Result<Markup, PageError> {
-    let known: Vec<String> = st
-        .admin
-        .config
-        .sources
-        .iter()
-        .map(|s| s.name.clone())
-        .collect();
-    let now = clock::now_ms();
-    let (sources, last_runs) = st
-        .admin
-        .store
-        .read(move |c| {
-            Ok((
-                queries::source_stats(c, &known, now)?,
-                queries::last_catchup_runs(c)?,
-            ))
-        })
-        .await?;
-    let mut totals: BTreeMap<&str, i64> = BTreeMap::new();
-    for s in &sources {
-        for (state, n) in &s.counts {
-            *totals.entry(state.as_str()).or_default() += n;
-        }
-    }
-    let oldest = sources
-        .iter()
-        .filter_map(|s| s.oldest_pending_age_seconds)
-        .max_by(f64::total_cmp);
+    let crate::admin::stats::Overview {
+        sources,
+        totals,
+        oldest_pending_age_seconds: oldest,
+        last_runs,
+    } = crate::admin::stats::overview(&st.admin).await?;
     let age = |a: Option<f64>| a.map(|a| format!("{a:.0} s")).unwrap_or_else(|| "-".into());
     let content = html! {
         table {
@@ -74,7 +49,7 @@ pub(super) async fn overview(
             }
             tr {
                 th { "All" }
-                @for state in STATES { th.n { (totals.get(state).copied().unwrap_or(0)) } }
+                @for state in STATES { th.n { (totals.get(state as &str).copied().unwrap_or(0)) } }
                 th.n { (age(oldest)) }
             }
         }
