@@ -160,7 +160,13 @@ impl App {
         let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone(), &metrics)?;
         let upkeep = maintenance::spawn(&config, store.clone(), writer.clone(), shutdown.clone());
         // The admin API may keep a clone of `catchup` to run a pass on demand.
-        let catchup = CatchupHandle::new(&config, store.clone(), writer.clone(), wake.clone())?;
+        let catchup = CatchupHandle::new(
+            &config,
+            store.clone(),
+            writer.clone(),
+            wake.clone(),
+            shutdown.clone(),
+        )?;
         let catchup_task = tokio::spawn(catchup.clone().run(shutdown.clone()));
         let public_router = public_router(&config, writer.clone(), wake.clone(), &metrics, edge);
         let watchdog = tokio::spawn(notify::watchdog(writer.clone(), shutdown.clone()));

@@ -291,6 +291,9 @@ async fn finish(runner: &Runner, job: &Job, run_id: i64, started_at: i64, report
 pub struct CatchupHandle {
     runner: Arc<Runner>,
     jobs: Arc<Vec<Job>>,
+    /// Passes started on demand stop at their next step when the server
+    /// stops, like scheduled ones.
+    shutdown: CancellationToken,
 }
 
 impl CatchupHandle {
@@ -299,6 +302,7 @@ impl CatchupHandle {
         store: Store,
         writer: WriterHandle,
         wake: Arc<Notify>,
+        shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
         let runner = Runner::new(Db::Server {
             store,
@@ -308,6 +312,7 @@ impl CatchupHandle {
         Ok(CatchupHandle {
             runner: Arc::new(runner),
             jobs: Arc::new(jobs(config)),
+            shutdown,
         })
     }
 
@@ -322,9 +327,8 @@ impl CatchupHandle {
     pub async fn run_now(&self, source: &str, dry_run: bool) -> Option<RunReport> {
         let job = self.jobs.iter().find(|j| j.source == source)?;
         let span = tracing::info_span!("catchup", source = %job.source, job = job.name());
-        let never = CancellationToken::new();
         Some(
-            run_once(&self.runner, job, dry_run, &never)
+            run_once(&self.runner, job, dry_run, &self.shutdown)
                 .instrument(span)
                 .await,
         )
