@@ -204,7 +204,7 @@ fn kept_headers(headers: &HeaderMap, keep: &[String]) -> String {
 /// What the receive route needs.
 #[derive(Clone)]
 pub struct Receiver {
-    sources: Arc<HashMap<String, Source>>,
+    sources: Arc<HashMap<String, Arc<Source>>>,
     writer: WriterHandle,
     body_timeout: Duration,
     /// Wakes the dispatcher when a new event is pending.
@@ -231,7 +231,7 @@ impl Receiver {
             .map(|cfg| {
                 (
                     cfg.name.clone(),
-                    Source::new(cfg, metrics.source(&cfg.name)),
+                    Arc::new(Source::new(cfg, metrics.source(&cfg.name))),
                 )
             })
             .collect();
@@ -261,7 +261,7 @@ pub async fn receive(
     request: Request,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let Some(source) = rx.sources.get(&name) else {
+    let Some(source) = rx.sources.get(&name).cloned() else {
         rx.unknown
             .rejected(ApiError::UnknownSource.reason(), started.elapsed());
         return Err(ApiError::UnknownSource);
@@ -273,7 +273,7 @@ pub async fn receive(
         metrics.rejected(refused.reason(), started.elapsed());
         return Err(refused);
     }
-    let answer = handle(&rx, name, Request::from_parts(parts, body)).await;
+    let answer = handle(&rx, source.clone(), Request::from_parts(parts, body)).await;
     if let Err(ApiError::Unverified(_)) = &answer {
         rx.edge.failed(client);
     }
@@ -302,8 +302,7 @@ pub async fn receive(
 }
 
 /// Reads, verifies, identifies and stores one request.
-async fn handle(rx: &Receiver, name: String, request: Request) -> Result<Answer, ApiError> {
-    let source = rx.sources.get(&name).ok_or(ApiError::UnknownSource)?;
+async fn handle(rx: &Receiver, source: Arc<Source>, request: Request) -> Result<Answer, ApiError> {
     let (parts, body) = request.into_parts();
     // Held until the event is stored or refused.
     let _memory = reserve_body_memory(&rx.body_memory, &parts.headers, source.max_body_bytes)?;
@@ -312,13 +311,10 @@ async fn handle(rx: &Receiver, name: String, request: Request) -> Result<Answer,
     let examined = if body.len() <= INLINE_VERIFY_MAX {
         source.examine(&parts.headers, body, now)
     } else {
-        let sources = rx.sources.clone();
-        tokio::task::spawn_blocking(move || {
-            let source = sources.get(&name).expect("the source was found above");
-            source.examine(&parts.headers, body, now)
-        })
-        .await
-        .map_err(|_| ApiError::Unavailable)?
+        let source = source.clone();
+        tokio::task::spawn_blocking(move || source.examine(&parts.headers, body, now))
+            .await
+            .map_err(|_| ApiError::Unavailable)?
     };
     let examined = examined.inspect_err(|e| {
         tracing::info!(source = %source.name, reason = e.reason(), "refused a delivery");

@@ -27,14 +27,21 @@ pub struct Claimed {
     pub attempt: u32,
 }
 
-const CLAIMABLE: &str = "
+/// Pending events of source `?1` that no lease holds at time `?2` and no
+/// older pending event of their key holds back: what may go next, once due.
+const HEADS: &str = "
     FROM events AS e
-    WHERE e.state = 'pending' AND e.source = ?1 AND e.next_attempt_at <= ?2
+    WHERE e.state = 'pending' AND e.source = ?1
       AND (e.lease_until IS NULL OR e.lease_until <= ?2)
       AND (e.order_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM events AS p
             WHERE p.state = 'pending' AND p.source = e.source
               AND p.order_key = e.order_key AND p.id < e.id))";
+
+/// [`HEADS`] that are due at `?2`.
+fn claimable() -> String {
+    format!("{HEADS} AND e.next_attempt_at <= ?2")
+}
 
 /// Claims up to `limit` due events of `source`, oldest due first, leasing
 /// them until `lease_until` and counting the attempt.
@@ -47,7 +54,8 @@ pub fn claim(
 ) -> anyhow::Result<Vec<Claimed>> {
     let mut select = conn.prepare_cached(&format!(
         "SELECT e.id, e.delivery_id, e.event_type, e.content_type, e.headers, e.body, e.attempts
-         {CLAIMABLE} ORDER BY e.next_attempt_at, e.id LIMIT ?3"
+         {} ORDER BY e.next_attempt_at, e.id LIMIT ?3",
+        claimable()
     ))?;
     let claimed = select
         .query_map(params![source, now, limit as i64], |r| {
@@ -78,16 +86,9 @@ pub fn claim(
 /// When the next event of `source` becomes claimable, if any is pending.
 pub fn next_due(conn: &Connection, source: &str, now: i64) -> anyhow::Result<Option<i64>> {
     // Leased events are in flight: their outcome will wake the dispatcher.
-    let sql = "SELECT e.next_attempt_at
-         FROM events AS e
-         WHERE e.state = 'pending' AND e.source = ?1
-           AND (e.lease_until IS NULL OR e.lease_until <= ?2)
-           AND (e.order_key IS NULL OR NOT EXISTS (
-                 SELECT 1 FROM events AS p
-                 WHERE p.state = 'pending' AND p.source = e.source
-                   AND p.order_key = e.order_key AND p.id < e.id))
-         ORDER BY e.next_attempt_at LIMIT 1";
-    let mut stmt = conn.prepare_cached(sql)?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT e.next_attempt_at {HEADS} ORDER BY e.next_attempt_at LIMIT 1"
+    ))?;
     let mut rows = stmt.query(params![source, now])?;
     Ok(match rows.next()? {
         Some(row) => row.get(0)?,
@@ -348,7 +349,8 @@ mod tests {
         let conn = db();
         let plan: Vec<String> = conn
             .prepare(&format!(
-                "EXPLAIN QUERY PLAN SELECT e.id {CLAIMABLE} ORDER BY e.next_attempt_at LIMIT 4"
+                "EXPLAIN QUERY PLAN SELECT e.id {} ORDER BY e.next_attempt_at LIMIT 4",
+                claimable()
             ))
             .unwrap()
             .query_map(params!["s", 0], |r| r.get::<_, String>(3))
