@@ -61,6 +61,10 @@ fn browser_available() -> bool {
     false
 }
 
+/// How long to wait for an element after a navigation or a click: the page
+/// may still be loading when the next command arrives.
+const FIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn start_driver() -> Driver {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -123,9 +127,31 @@ async fn screenshot(browser: &Client, name: &str) {
     std::fs::write(screenshot_path(name), png).unwrap();
 }
 
+/// Clicks what `locator` finds and waits until the page it was on has been
+/// replaced, so the next lookup sees the new page, not the old one.
+async fn click_and_wait(browser: &Client, locator: Locator<'_>) {
+    let element = browser
+        .wait()
+        .at_most(FIND_WAIT)
+        .for_element(locator)
+        .await
+        .unwrap();
+    element.click().await.unwrap();
+    let deadline = std::time::Instant::now() + FIND_WAIT;
+    while element.is_displayed().await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the click did not lead to a new page"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn text_of(browser: &Client, css: &str) -> String {
     browser
-        .find(Locator::Css(css))
+        .wait()
+        .at_most(FIND_WAIT)
+        .for_element(Locator::Css(css))
         .await
         .unwrap_or_else(|e| panic!("no {css}: {e}"))
         .text()
@@ -196,42 +222,28 @@ async fn in_chromium_a_person_logs_in_replays_a_dead_letter_and_sees_scripts_as_
     browser.goto(&app.admin_url("/dead")).await.unwrap();
     assert_eq!(browser.current_url().await.unwrap().path(), "/login");
     let field = browser
-        .find(Locator::Css("input[name=token]"))
+        .wait()
+        .at_most(FIND_WAIT)
+        .for_element(Locator::Css("input[name=token]"))
         .await
         .unwrap();
     field.send_keys("not-the-token-at-all").await.unwrap();
-    browser
-        .find(Locator::Css("button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_and_wait(&browser, Locator::Css("button[type=submit]")).await;
     let refused = text_of(&browser, "p.error").await;
     assert!(refused.contains("not the admin token"), "{refused}");
     let field = browser
-        .find(Locator::Css("input[name=token]"))
+        .wait()
+        .at_most(FIND_WAIT)
+        .for_element(Locator::Css("input[name=token]"))
         .await
         .unwrap();
     field.send_keys(ADMIN_TOKEN).await.unwrap();
-    browser
-        .find(Locator::Css("button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_and_wait(&browser, Locator::Css("button[type=submit]")).await;
     assert_eq!(text_of(&browser, "h1").await, "Overview");
     screenshot(&browser, "overview").await;
 
     // The dead letters, through the navigation.
-    browser
-        .find(Locator::LinkText("Dead letters"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_and_wait(&browser, Locator::LinkText("Dead letters")).await;
     assert_eq!(text_of(&browser, "h1").await, "Dead letters");
     let table = text_of(&browser, "table").await;
     assert!(
@@ -244,13 +256,7 @@ async fn in_chromium_a_person_logs_in_replays_a_dead_letter_and_sees_scripts_as_
     // (SameSite=Strict) and the dashboard refuses the cross-site POST.
     let (evil, evil_task) = evil_site(app.admin_url(&format!("/events/{dead}/replay"))).await;
     browser.goto(&evil).await.unwrap();
-    browser
-        .find(Locator::Id("go"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_and_wait(&browser, Locator::Id("go")).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(crate::deliver::event_row(&app.db_path, dead).state, "dead");
     evil_task.abort();
@@ -258,13 +264,7 @@ async fn in_chromium_a_person_logs_in_replays_a_dead_letter_and_sees_scripts_as_
     // Press replay on one row: its page says so and the state moves on.
     browser.goto(&app.admin_url("/dead")).await.unwrap();
     let button = format!("form[action=\"/events/{dead}/replay\"] button");
-    browser
-        .find(Locator::Css(&button))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_and_wait(&browser, Locator::Css(&button)).await;
     assert_eq!(
         browser.current_url().await.unwrap().path(),
         format!("/events/{dead}")
@@ -307,13 +307,7 @@ async fn in_chromium_a_person_logs_in_replays_a_dead_letter_and_sees_scripts_as_
     screenshot(&browser, "script-event").await;
 
     // Logging out ends the session.
-    browser
-        .find(Locator::Css("form[action=\"/logout\"] button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_and_wait(&browser, Locator::Css("form[action=\"/logout\"] button")).await;
     browser.goto(&app.admin_url("/")).await.unwrap();
     assert_eq!(browser.current_url().await.unwrap().path(), "/login");
 
