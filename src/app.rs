@@ -30,7 +30,7 @@ use crate::edge::sets::Refresher;
 use crate::metrics::Metrics;
 use crate::receive::Receiver;
 use crate::store::{self, Store, WriterHandle, WriterThread};
-use crate::tls::Reloader;
+use crate::tls::Manager as TlsManager;
 use crate::{health, maintenance, notify, server};
 
 /// How long the writer gets to finish after the listeners have stopped.
@@ -50,7 +50,7 @@ pub struct App {
     /// Refreshes the named IP sets; `None` when no source uses one.
     refresher: Option<Refresher>,
     /// Holds and reloads the public listener's certificate; `None`: plain HTTP.
-    tls: Option<Reloader>,
+    tls: Option<TlsManager>,
 }
 
 impl App {
@@ -81,9 +81,8 @@ impl App {
         let tls = config
             .tls
             .as_ref()
-            .map(Reloader::new)
-            .transpose()
-            .context("loading the TLS certificate")?;
+            .map(|tls| TlsManager::new(tls, metrics.tls_expiry()))
+            .transpose()?;
         let public = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding the public listener {}", config.server.listen))?;
@@ -138,16 +137,8 @@ impl App {
             refresher,
             tls,
         } = self;
-        let acceptor = tls
-            .as_ref()
-            .map(|t| crate::tls::acceptor(t.store()))
-            .transpose()?;
-        let tls_task = tls.map(|t| {
-            tokio::spawn(
-                t.run(shutdown.clone())
-                    .instrument(tracing::info_span!("tls_reload")),
-            )
-        });
+        let acceptor = tls.as_ref().map(TlsManager::acceptor).transpose()?;
+        let tls_task = tls.map(|t| t.spawn(shutdown.clone()));
         let header_timeout = config.server.header_timeout;
         let max_connections = config.server.max_connections;
         let refresh_task = refresher.map(|r| {
@@ -214,7 +205,7 @@ impl App {
         }
         watchdog.await.context("the watchdog task failed")?;
         if let Some(task) = tls_task {
-            task.await.context("the TLS reload task failed")?;
+            task.await.context("the TLS certificate task failed")?;
         }
         // Every writer handle lived in the routers and the dispatcher, which
         // are gone: the writer now drains its queue and stops.

@@ -12,6 +12,7 @@ pub mod health;
 pub mod maintenance;
 pub mod metrics;
 pub mod notify;
+pub mod private_file;
 pub mod receive;
 pub mod server;
 pub mod shutdown;

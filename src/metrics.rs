@@ -138,6 +138,7 @@ pub struct Metrics {
     attempts: Family<AttemptLabels, Counter>,
     dispatch_seconds: HistogramFamily<SourceLabel>,
     edge: EdgeMetrics,
+    tls_expiry: Gauge,
 }
 
 impl Metrics {
@@ -200,6 +201,12 @@ impl Metrics {
             "Ranges known of each named IP set (0: none yet, its sources refuse everyone)",
             edge.set_ranges.clone(),
         );
+        let tls_expiry = Gauge::default();
+        registry.register(
+            "tls_certificate_expiry_timestamp_seconds",
+            "Unix time the public listener's TLS certificate expires (0: none served, or plain HTTP)",
+            tls_expiry.clone(),
+        );
         Metrics {
             registry,
             received,
@@ -207,6 +214,7 @@ impl Metrics {
             attempts,
             dispatch_seconds,
             edge,
+            tls_expiry,
         }
     }
 
@@ -266,6 +274,11 @@ impl Metrics {
     /// The edge's handles (allowlists, failure limit, proxies).
     pub fn edge(&self) -> EdgeMetrics {
         self.edge.clone()
+    }
+
+    /// Set to the served certificate's expiry by `crate::tls::CertStore`.
+    pub fn tls_expiry(&self) -> Gauge {
+        self.tls_expiry.clone()
     }
 
     /// Appends the in-memory metrics in the Prometheus text format.

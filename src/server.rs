@@ -148,6 +148,10 @@ pub async fn serve(
                         }
                     },
                 };
+                if stream.get_ref().1.alpn_protocol() == Some(crate::tls::ACME_TLS_ALPN) {
+                    // A TLS-ALPN-01 validation: the handshake was all of it.
+                    return;
+                }
                 let conn = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
                 if let Err(e) = conn.await {
                     tracing::debug!(error = %e, "connection ended with an error");

@@ -7,8 +7,7 @@
 //! half-written or readable by others. Later starts read it back. Only the
 //! file's path is ever logged.
 
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, ensure};
@@ -77,30 +76,8 @@ fn create(path: &Path) -> anyhow::Result<Secret> {
     getrandom::fill(&mut bytes)
         .map_err(|e| anyhow!("reading the OS random number generator: {e}"))?;
     let token = hex::encode(bytes);
-    let tmp = path.with_file_name(format!(".{TOKEN_FILE}.{}.tmp", std::process::id()));
-    // A file left by a crash at this very step, under the same pid.
-    let _ = std::fs::remove_file(&tmp);
-    let written = (|| -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        file.write_all(token.as_bytes())?;
-        file.write_all(b"\n")?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing the admin token {}", path.display()));
-    }
-    // The rename is durable once the directory is.
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-        && let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all())
-    {
-        tracing::warn!(error = %e, dir = %dir.display(), "cannot sync the directory of the admin token");
-    }
+    crate::private_file::write(path, format!("{token}\n").as_bytes())
+        .with_context(|| format!("writing the admin token {}", path.display()))?;
     Ok(Secret::new(token))
 }
 

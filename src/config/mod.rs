@@ -37,7 +37,7 @@ pub use deliver::{DeliverConfig, Destination, RawDeliver};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use ops::{BackupConfig, RetentionConfig};
 pub use secret::Secret;
-pub use tls::{RawTls, TlsConfig};
+pub use tls::{AcmeConfig, RawAcme, RawTls, TlsConfig, TlsFiles};
 
 /// Where the config is looked for when `--config` is not given.
 pub const SYSTEM_CONFIG: &str = "/etc/hookbox/hookbox.toml";
@@ -446,7 +446,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
     ops::validate(&raw.retention, &raw.backup, &mut problems);
     let admin = admin::validate(&raw.admin, &mut problems);
     let edge = edge::validate(&raw.edge, server, &mut problems);
-    let tls = tls::validate(server.tls.as_ref(), &mut problems);
+    let tls = tls::validate(server.tls.as_ref(), &server.database, &mut problems);
 
     let mut names = HashSet::new();
     let mut sources = Vec::new();

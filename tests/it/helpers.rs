@@ -172,3 +172,11 @@ impl TestApp {
         }
     }
 }
+
+/// A loopback address nobody is listening on (bind :0, then let go).
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}

@@ -1,3 +1,4 @@
+mod acme;
 mod admin;
 mod backup;
 mod catchup;

@@ -1,39 +1,32 @@
-//! TLS on the public listener from a certificate and key on disk
-//! (`[server.tls]`), swapped without a restart.
+//! A certificate and key on disk (`[server.tls] cert`, `key`), swapped
+//! without a restart.
 //!
 //! [`load`] reads a PEM pair and checks that the key belongs to the
 //! certificate; config validation calls it so `hookbox check` and start-up
-//! name the bad file. [`CertStore`] holds the pair in use and is rustls's
-//! certificate resolver: every new handshake reads the current pair, so a
-//! swap reaches new connections at once while established ones keep the
-//! session they negotiated. [`Reloader::run`] swaps it on SIGHUP and when
-//! either file's modification time, size or inode changes (checked every
-//! `watch_interval`). Polling rather than inotify: certbot and most ACME
+//! name the bad file. [`Reloader::run`] swaps the pair in the
+//! [`CertStore`] on SIGHUP and when either file's modification time, size
+//! or inode changes (checked every `watch_interval`). Polling rather than inotify: certbot and most ACME
 //! clients write a new file and rename it (or repoint a symlink) into
 //! place, which a poll of `metadata()` sees whatever the path's history,
 //! and a stat of two files every few seconds costs nothing. A pair that
 //! fails to load is logged with its path and the old one keeps serving.
-//!
-//! `crate::server` runs the handshake (under the header timeout and the
-//! connection cap); the admin listener never uses this module.
 
-use std::fmt;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TlsConfig;
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::{CertStore, provider};
+use crate::config::TlsFiles;
 
 /// Why a certificate/key pair cannot be served; each names its file.
 #[derive(Debug, thiserror::Error)]
@@ -58,12 +51,6 @@ pub enum LoadError {
     UnusableKey { key: PathBuf, why: rustls::Error },
     #[error("key {key} does not match the certificate in {cert}")]
     Mismatch { key: PathBuf, cert: PathBuf },
-}
-
-/// The crypto provider reqwest and jsonwebtoken already build (aws-lc-rs),
-/// so hookbox compiles one backend.
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// Reads the chain at `cert` and the key at `key` and checks they belong
@@ -105,58 +92,6 @@ pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, LoadError> {
     })
 }
 
-/// The pair in use; rustls asks it for the certificate on each handshake.
-pub struct CertStore {
-    current: RwLock<Arc<CertifiedKey>>,
-}
-
-impl fmt::Debug for CertStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CertStore").finish_non_exhaustive()
-    }
-}
-
-impl CertStore {
-    pub fn new(pair: CertifiedKey) -> CertStore {
-        CertStore {
-            current: RwLock::new(Arc::new(pair)),
-        }
-    }
-
-    fn get(&self) -> Arc<CertifiedKey> {
-        // A writer that panicked mid-swap still left a whole `Arc` behind.
-        self.current
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    }
-
-    fn set(&self, pair: CertifiedKey) {
-        *self
-            .current
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(pair);
-    }
-}
-
-impl ResolvesServerCert for CertStore {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.get())
-    }
-}
-
-/// A rustls acceptor for HTTP/1.1 over TLS 1.2 or 1.3, serving what
-/// `store` holds at each handshake.
-pub fn acceptor(store: Arc<CertStore>) -> anyhow::Result<TlsAcceptor> {
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .context("choosing TLS versions")?
-        .with_no_client_auth()
-        .with_cert_resolver(store);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
 /// What a file looked like when last loaded: a rename into place changes
 /// the inode, an in-place rewrite the time or size.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +112,7 @@ impl Stamp {
 /// Loads the configured pair and swaps it in on SIGHUP or a file change.
 pub struct Reloader {
     store: Arc<CertStore>,
-    config: TlsConfig,
+    config: TlsFiles,
     hangup: Signal,
     seen: (Stamp, Stamp),
 }
@@ -186,12 +121,14 @@ impl Reloader {
     /// Loads the pair (an error names the file) and starts listening for
     /// SIGHUP, so a reload asked for before [`Reloader::run`] starts is not
     /// lost (nor kills the process, SIGHUP's default).
-    pub fn new(config: &TlsConfig) -> anyhow::Result<Reloader> {
+    pub fn new(config: &TlsFiles, expiry: Gauge) -> anyhow::Result<Reloader> {
         let seen = (Stamp::of(&config.cert), Stamp::of(&config.key));
         let pair = load(&config.cert, &config.key)?;
         let hangup = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+        let store = Arc::new(CertStore::new(expiry));
+        store.set(pair);
         Ok(Reloader {
-            store: Arc::new(CertStore::new(pair)),
+            store,
             config: config.clone(),
             hangup,
             seen,
