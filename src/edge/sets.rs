@@ -6,9 +6,9 @@
 //! At start-up a set comes from the network, else from the cache, else it
 //! is unavailable: its sources then refuse every address outside their
 //! CIDRs (403), and an error is logged naming the set and the sources, until
-//! a refresh succeeds. Start-up does not fail on it: failing would take the
-//! other sources down with the one that cannot be checked. A refresh that
-//! fails keeps the list in use.
+//! a refresh succeeds, retried from 30 s on, doubling up to an hour. Start-up
+//! does not fail on it: failing would take the other sources down with the
+//! one that cannot be checked. A refresh that fails keeps the list in use.
 //!
 //! GitHub: `GET {edge.github_meta_url}` → `{"hooks": ["192.30.252.0/22", ...]}`
 //! (<https://docs.github.com/en/rest/meta/meta>). Stripe:
@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use ipnet::IpNet;
-use tokio::time::MissedTickBehavior;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock;
@@ -32,6 +32,8 @@ use crate::store::{Store, WriterHandle};
 
 /// What one fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest wait between retries of a set with no list.
+const MAX_RETRY: Duration = Duration::from_secs(3600);
 
 /// The current list of each named set; `None` until one is known.
 #[derive(Debug, Default)]
@@ -158,35 +160,71 @@ impl Refresher {
     }
 
     /// Every `edge.refresh`: fetch each used set again; a failure keeps
-    /// the list in use.
+    /// the list in use. A set with no list at all (never fetched, nothing
+    /// cached) is its sources' outage, so it is retried sooner: after
+    /// [`first_retry`], doubling up to an hour or `edge.refresh`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval_at(
-            tokio::time::Instant::now() + self.config.refresh,
-            self.config.refresh,
-        );
-        tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let refresh = self.config.refresh;
+        let first_retry = first_retry(refresh);
+        let mut retry = first_retry;
+        let mut next_refresh = Instant::now() + refresh;
         loop {
+            let missing = self.missing();
+            let wake = if missing.is_empty() {
+                next_refresh
+            } else {
+                next_refresh.min(Instant::now() + retry)
+            };
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                _ = tick.tick() => {}
+                () = tokio::time::sleep_until(wake) => {}
             }
-            for (set, _) in &self.used {
-                match self.fetch_and_cache(*set).await {
-                    Ok(n) => {
-                        tracing::debug!(set = set.as_str(), ranges = n, "refreshed the IP set")
-                    }
-                    Err(e) if self.sets.is_known(*set) => tracing::warn!(
-                        set = set.as_str(),
-                        error = format!("{e:#}"),
-                        "cannot refresh the IP set; keeping the list in use"
-                    ),
-                    Err(e) => tracing::error!(
-                        set = set.as_str(),
-                        error = format!("{e:#}"),
-                        "cannot fetch the IP set; its sources still refuse every address outside their CIDRs"
-                    ),
-                }
+            let due = if Instant::now() >= next_refresh {
+                next_refresh = Instant::now() + refresh;
+                self.used.iter().map(|(set, _)| *set).collect()
+            } else {
+                retry = retry.saturating_mul(2).min(refresh.min(MAX_RETRY));
+                missing
+            };
+            for set in due {
+                self.refresh(set).await;
             }
+            if self.missing().is_empty() {
+                retry = first_retry;
+            }
+        }
+    }
+
+    /// The used sets with no list.
+    fn missing(&self) -> Vec<NamedSet> {
+        self.used
+            .iter()
+            .map(|(set, _)| *set)
+            .filter(|set| !self.sets.is_known(*set))
+            .collect()
+    }
+
+    async fn refresh(&self, set: NamedSet) {
+        let known = self.sets.is_known(set);
+        match self.fetch_and_cache(set).await {
+            Ok(n) if known => {
+                tracing::debug!(set = set.as_str(), ranges = n, "refreshed the IP set")
+            }
+            Ok(n) => tracing::info!(
+                set = set.as_str(),
+                ranges = n,
+                "fetched the IP set; its sources admit its ranges again"
+            ),
+            Err(e) if known => tracing::warn!(
+                set = set.as_str(),
+                error = format!("{e:#}"),
+                "cannot refresh the IP set; keeping the list in use"
+            ),
+            Err(e) => tracing::error!(
+                set = set.as_str(),
+                error = format!("{e:#}"),
+                "cannot fetch the IP set; its sources still refuse every address outside their CIDRs"
+            ),
         }
     }
 
@@ -228,6 +266,12 @@ impl Refresher {
         }
         Ok(n)
     }
+}
+
+/// The first retry of a set with no list: 30 s, or sooner when
+/// `edge.refresh` is short (a 48th of it), so tests need not wait.
+fn first_retry(refresh: Duration) -> Duration {
+    (refresh / 48).min(Duration::from_secs(30))
 }
 
 /// The sets some source uses, each with its sources.

@@ -432,3 +432,32 @@ async fn at_max_connections_with_every_connection_busy_a_new_one_waits_for_a_slo
     drop(busy);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_set_never_fetched_is_retried_soon_and_admits_its_ranges_once_fetched() {
+    let fake = FakeIps::start().await;
+    fake.set_up(false);
+    // refresh = 1m: the first retry of a set with no list comes after a
+    // 48th of it (1.25 s), doubling; the daily default gives 30 s.
+    let sources =
+        named_set_sources(&fake).replacen("[edge]\n", "[edge]\nrefresh = \"1m\"\n", 1);
+    let app = TestApp::spawn_with(&sources, TRUST_LOOPBACK).await;
+    let r = post(&app, "github", "r-1", Some("192.30.252.9"), true).await;
+    assert_eq!(r.status(), 403, "no list yet");
+    fake.set_up(true);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = post(&app, "github", "r-2", Some("192.30.252.9"), true).await;
+        if r.status() == 202 {
+            break;
+        }
+        assert_eq!(r.status(), 403);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the set was not fetched again within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(stored(&app, "r-2"), 1);
+    app.shutdown().await;
+}
