@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::activation::{self, Inherited};
 use crate::admin::{self, AdminState};
 use crate::catchup::CatchupHandle;
 use crate::config::{Config, Secret};
@@ -56,6 +57,11 @@ pub struct App {
 impl App {
     /// Opens the database and binds both listeners.
     pub async fn build(config: Config) -> anyhow::Result<App> {
+        App::build_with(config, Inherited::default()).await
+    }
+
+    /// [`App::build`], with sockets systemd passed in place of binding.
+    pub async fn build_with(config: Config, inherited: Inherited) -> anyhow::Result<App> {
         let (store, writer, writer_thread) = store::open(
             &config.server.database,
             config.server.durability,
@@ -83,14 +89,9 @@ impl App {
             .as_ref()
             .map(|tls| TlsManager::new(tls, metrics.tls_expiry()))
             .transpose()?;
-        let public = TcpListener::bind(config.server.listen)
-            .await
-            .with_context(|| format!("binding the public listener {}", config.server.listen))?;
-        let admin = TcpListener::bind(config.server.admin_listen)
-            .await
-            .with_context(|| {
-                format!("binding the admin listener {}", config.server.admin_listen)
-            })?;
+        let public = activation::listener(inherited.public, config.server.listen, "public").await?;
+        let admin =
+            activation::listener(inherited.admin, config.server.admin_listen, "admin").await?;
         Ok(App {
             config,
             store,

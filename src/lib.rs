@@ -1,5 +1,6 @@
 //! hookbox: a self-hosted webhook inbox on one SQLite file.
 
+pub mod activation;
 pub mod admin;
 pub mod app;
 pub mod catchup;

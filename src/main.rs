@@ -181,13 +181,15 @@ fn main() -> ExitCode {
 }
 
 fn serve(config: Config) -> anyhow::Result<()> {
+    // Before the runtime's threads exist: it edits the environment.
+    let inherited = hookbox::activation::Inherited::from_env()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("hookbox")
         .build()?;
     runtime.block_on(async {
         log_sources(&config);
-        let app = App::build(config).await?;
+        let app = App::build_with(config, inherited).await?;
         tracing::info!(
             public = %app.public_addr(),
             admin = %app.admin_addr(),

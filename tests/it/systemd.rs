@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::helpers::{GITHUB_SECRET, github_signature};
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -141,7 +143,19 @@ fn the_unit_file_verifies_and_rates_ok_or_better() {
     };
     let dir = tempfile::tempdir().unwrap();
     let unit = unit_under_test(dir.path());
-    let out = verify.arg("verify").arg(&unit).output().unwrap();
+    // The optional socket unit beside it, as installed.
+    let socket = dir.path().join("hookbox.socket");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/hookbox.socket"),
+        &socket,
+    )
+    .unwrap();
+    let out = verify
+        .arg("verify")
+        .arg(&unit)
+        .arg(&socket)
+        .output()
+        .unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -256,4 +270,100 @@ fn the_binary_runs_in_a_root_file_system_with_only_its_shared_libraries() {
         );
         assert!(stdout.contains(want), "{args:?}: {stdout}");
     }
+}
+
+#[tokio::test]
+async fn sockets_passed_by_systemd_socket_activation_are_served_in_place_of_binding() {
+    let found = Command::new("systemd-socket-activate")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        eprintln!("skipping: systemd-socket-activate is not installed here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (public, admin) = (free_port(), free_port());
+    let env_dump = dir.path().join("command-env");
+    // listen and admin_listen name ports hookbox could not bind: only the
+    // passed sockets can serve.
+    let config = dir.path().join("hookbox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"127.0.0.1:2\"\ndatabase = {:?}\n\
+             [[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n\
+             [sources.deliver]\ncommand = [\"/bin/sh\", \"-c\", \"env > {}\"]\n",
+            dir.path().join("hookbox.db").display().to_string(),
+            env_dump.display(),
+        ),
+    )
+    .unwrap();
+    // systemd's own tool: it binds both, then starts hookbox on the first
+    // connection with LISTEN_FDS=2 (public, then admin, in -l order).
+    let mut activator = Command::new("systemd-socket-activate")
+        .args(["-l", &format!("127.0.0.1:{public}")])
+        .args(["-l", &format!("127.0.0.1:{admin}")])
+        .arg(env!("CARGO_BIN_EXE_hookbox"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("HOOKBOX_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let body = br#"{"zen":"Half measures are as bad as nothing at all."}"#;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        let sent = client
+            .post(format!("http://127.0.0.1:{public}/hooks/github"))
+            .header("X-GitHub-Delivery", "activated-1")
+            .header("X-GitHub-Event", "ping")
+            .header("X-Hub-Signature-256", github_signature(GITHUB_SECRET, body))
+            .body(body.to_vec())
+            .send()
+            .await;
+        match sent {
+            Ok(response) => break response.status(),
+            // systemd-socket-activate may not be listening yet.
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("retrying: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(status, 202);
+    let ready = client
+        .get(format!("http://127.0.0.1:{admin}/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        ready.status(),
+        200,
+        "the second socket is the admin listener"
+    );
+    // The command destination ran without the activation variables.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let env = loop {
+        if let Ok(env) = std::fs::read_to_string(&env_dump)
+            && env.contains("HOOKBOX_EVENT_ID")
+        {
+            break env;
+        }
+        assert!(Instant::now() < deadline, "the command never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!env.contains("LISTEN_FDS"), "{env}");
+    assert!(!env.contains("LISTEN_PID"), "{env}");
+    // hookbox replaced the activator's process (exec): SIGTERM stops it.
+    let pid = nix::unistd::Pid::from_raw(activator.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(activator.wait().unwrap().success());
 }
