@@ -4,7 +4,7 @@
 //! `stripe.rs`; the real binary through a simulated outage in `e2e.rs`.
 
 mod e2e;
-mod fake;
+pub mod fake;
 mod stripe;
 
 use std::path::Path;

@@ -439,8 +439,7 @@ async fn a_set_never_fetched_is_retried_soon_and_admits_its_ranges_once_fetched(
     fake.set_up(false);
     // refresh = 1m: the first retry of a set with no list comes after a
     // 48th of it (1.25 s), doubling; the daily default gives 30 s.
-    let sources =
-        named_set_sources(&fake).replacen("[edge]\n", "[edge]\nrefresh = \"1m\"\n", 1);
+    let sources = named_set_sources(&fake).replacen("[edge]\n", "[edge]\nrefresh = \"1m\"\n", 1);
     let app = TestApp::spawn_with(&sources, TRUST_LOOPBACK).await;
     let r = post(&app, "github", "r-1", Some("192.30.252.9"), true).await;
     assert_eq!(r.status(), 403, "no list yet");

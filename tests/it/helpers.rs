@@ -173,6 +173,191 @@ impl TestApp {
     }
 }
 
+// ------------------------------------------------------- child process ---
+
+/// `hookbox serve` as a child process (the real binary) on the database at
+/// `database`, with `sources` and any extra `[server]` lines. Killed on
+/// drop so a failed assertion leaves nothing running; its output goes to
+/// a file, whose tail is printed when the test fails (or with `TEST_LOG=1`).
+pub struct ChildServer {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    /// stdout and stderr of the process.
+    pub log: PathBuf,
+}
+
+impl ChildServer {
+    /// Starts the binary and waits for `/readyz`. Ports are picked free and
+    /// let go, so a start that loses one to another socket is tried again.
+    /// The config is written to `dir`, the log to `dir/hookbox-{run}.log`.
+    pub async fn spawn_ready(
+        dir: &std::path::Path,
+        database: &std::path::Path,
+        sources: &str,
+        server_extra: &str,
+        run: usize,
+    ) -> ChildServer {
+        Self::spawn_ready_announcing(dir, database, sources, server_extra, run, |_| {}).await
+    }
+
+    /// [`ChildServer::spawn_ready`], telling `announce` the public address
+    /// before the process starts (a fake provider that calls hookbox back
+    /// must know it before hookbox's start-up catch-up asks it).
+    pub async fn spawn_ready_announcing(
+        dir: &std::path::Path,
+        database: &std::path::Path,
+        sources: &str,
+        server_extra: &str,
+        run: usize,
+        announce: impl Fn(SocketAddr),
+    ) -> ChildServer {
+        for attempt in 0..4 {
+            let addr = free_addr();
+            announce(addr);
+            let mut server = ChildServer::start(addr, dir, database, sources, server_extra, run);
+            match server.wait_ready().await {
+                Ok(()) => return server,
+                Err(exit) if attempt < 3 && server.output().contains("binding the") => {
+                    eprintln!("hookbox could not bind ({exit}); trying other ports");
+                }
+                Err(exit) => panic!("hookbox exited before it was ready: {exit}"),
+            }
+        }
+        unreachable!()
+    }
+
+    fn start(
+        addr: SocketAddr,
+        dir: &std::path::Path,
+        database: &std::path::Path,
+        sources: &str,
+        server_extra: &str,
+        run: usize,
+    ) -> ChildServer {
+        let admin_addr = free_addr();
+        let config = dir.join("hookbox.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nlisten = \"{addr}\"\nadmin_listen = \"{admin_addr}\"\ndatabase = {:?}\n{server_extra}\n\
+                 [admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
+                database.display().to_string()
+            ),
+        )
+        .unwrap();
+        let log = dir.join(format!("hookbox-{run}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"));
+        for var in [
+            "HOOKBOX_CONFIG",
+            "RUST_LOG",
+            "GITHUB_WEBHOOK_SECRET",
+            "STRIPE_WEBHOOK_SECRET",
+            "SHOPIFY_WEBHOOK_SECRET",
+            "STANDARD_WEBHOOK_SECRET",
+        ] {
+            command.env_remove(var);
+        }
+        let child = command
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("starting the hookbox binary");
+        ChildServer {
+            child,
+            addr,
+            admin_addr,
+            log,
+        }
+    }
+
+    /// `Err` when the process exited instead of getting ready.
+    async fn wait_ready(&mut self) -> Result<(), String> {
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Err(format!("{status:?}"));
+            }
+            let ready = client
+                .get(format!("http://{}/readyz", self.addr))
+                .send()
+                .await;
+            if ready.is_ok_and(|r| r.status() == 200) {
+                return Ok(());
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "hookbox was not ready within 15 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILL (what `Child::kill` sends on Unix), then reap.
+    pub fn kill9(&mut self) -> std::process::ExitStatus {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap()
+    }
+
+    /// SIGTERM, then waits up to `within` for the exit.
+    pub async fn terminate(&mut self, within: std::time::Duration) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "hookbox did not exit within {within:?} of SIGTERM"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Everything the process wrote so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        if self.running() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() || std::env::var_os("TEST_LOG").is_some() {
+            let output = self.output();
+            let lines: Vec<&str> = output.lines().collect();
+            eprintln!(
+                "--- {} ---\n{}",
+                self.log.display(),
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            );
+        }
+    }
+}
+
 /// A loopback address nobody is listening on (bind :0, then let go).
 pub fn free_addr() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")

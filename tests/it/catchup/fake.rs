@@ -143,6 +143,11 @@ impl Fake {
         self.config.lock().unwrap().mode = mode;
     }
 
+    /// How many deliveries a page of the list holds (2 unless set).
+    pub fn set_per_page(&self, per_page: usize) {
+        self.config.lock().unwrap().per_page = per_page;
+    }
+
     pub fn redeliver_to(&self, url: String, secret: &str) {
         self.config.lock().unwrap().redeliver_to = Some((url, secret.to_owned()));
     }
