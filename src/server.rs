@@ -171,6 +171,9 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("requests still running after {DRAIN_TIMEOUT:?}; closing them");
+        // Their tasks hold the router, and with it a writer handle: left
+        // running, the writer could not stop until the runtime is torn down.
+        conns.close_all();
     }
 }
 
@@ -217,6 +220,13 @@ impl Conns {
             .filter(|c| c.busy.load(Ordering::Acquire) == 0 && !c.evict.is_cancelled())
             .min_by_key(|c| c.last_active.load(Ordering::Relaxed));
         if let Some(conn) = idle {
+            conn.evict.cancel();
+        }
+    }
+
+    /// Closes every connection, busy or not.
+    fn close_all(&self) {
+        for conn in self.lock().values() {
             conn.evict.cancel();
         }
     }

@@ -186,3 +186,38 @@ async fn stripe_timestamps_inside_the_tolerance_either_way_are_accepted_and_outs
     assert_eq!(app.count("SELECT count(*) FROM events"), 2);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_still_running_after_the_drain_is_closed_and_the_writer_stops_cleanly() {
+    use tokio::io::AsyncWriteExt as _;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ChildServer::spawn_ready(
+        dir.path(),
+        &dir.path().join("hookbox.db"),
+        GITHUB_SOURCE,
+        // Longer than the 10 s drain, so the body wait outlives it.
+        "body_timeout = \"1h\"",
+        0,
+    )
+    .await;
+    // A request whose body never finishes arriving.
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let head = "POST /hooks/github HTTP/1.1\r\nhost: x\r\nx-github-event: ping\r\n\
+                x-github-delivery: never-finished\r\nx-hub-signature-256: sha256=00\r\n\
+                content-length: 1000\r\n\r\n{\"partial\":";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let status = server.terminate(std::time::Duration::from_secs(25)).await;
+    assert!(status.success(), "{status:?}");
+    let log = server.output();
+    assert!(
+        log.contains("requests still running after 10s; closing them"),
+        "{log}"
+    );
+    // Closing the request let go of its writer handle: the writer drained
+    // and stopped instead of being abandoned at its own timeout.
+    assert!(!log.contains("the writer did not stop"), "{log}");
+    assert!(log.contains("stopped"), "{log}");
+    drop(stream);
+}
