@@ -13,7 +13,8 @@
 //! When a commit fails (disk full, read-only file, I/O error), every
 //! command of the group is answered [`StoreError::Unavailable`] and nothing
 //! of the group is kept; the next group tries again, so the inbox recovers
-//! by itself once the cause is gone.
+//! by itself once the cause is gone. A command that fails on its own is
+//! rolled back to its savepoint and answered alone; the others commit.
 //!
 //! The thread exits when every [`WriterHandle`] has been dropped, after it
 //! has answered what was queued, stopped the syncer and the checkpointer,
@@ -30,7 +31,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::Nudge;
-use super::command::{Claims, WriteCmd};
+use super::command::{Applied, Claims, WriteCmd};
 use super::dispatch::{AttemptRecord, ReplayFilter};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
@@ -78,6 +79,41 @@ const READY_CACHE: Duration = Duration::from_secs(1);
 /// Below this much free space on the database's file system, hookbox is not
 /// ready: an event of a few kilobytes may still fit, the next will not.
 const MIN_FREE_BYTES: u64 = 1024 * 1024;
+
+/// Runs `batch` in one transaction, each command under its own savepoint,
+/// so a command that fails on its own (a constraint, a bad row) is rolled
+/// back and answered alone while the rest of the group commits. `Err` when
+/// the group as a whole failed: the transaction could not begin or commit,
+/// or SQLite rolled all of it back (it may, on a full disk or an I/O
+/// error), after which nothing of the group may be kept.
+fn apply_group(
+    conn: &mut Connection,
+    batch: &[WriteCmd],
+) -> anyhow::Result<Vec<anyhow::Result<Applied>>> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .context("beginning a transaction")?;
+    let mut results = Vec::with_capacity(batch.len());
+    for cmd in batch {
+        tx.prepare_cached("SAVEPOINT command")?.execute([])?;
+        match cmd.apply(&tx) {
+            Ok(applied) => {
+                tx.prepare_cached("RELEASE command")?.execute([])?;
+                results.push(Ok(applied));
+            }
+            Err(e) if tx.is_autocommit() => {
+                return Err(e.context("SQLite rolled back the whole transaction"));
+            }
+            Err(e) => {
+                tx.prepare_cached("ROLLBACK TO command")?.execute([])?;
+                tx.prepare_cached("RELEASE command")?.execute([])?;
+                results.push(Err(e));
+            }
+        }
+    }
+    tx.commit().context("committing")?;
+    Ok(results)
+}
 
 /// While commits keep failing, the failure is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -393,25 +429,26 @@ impl Writer {
                 self.recovered();
                 self.helpers.checkpointer.0.nudge();
                 let recent = &self.helpers.recent;
-                match &self.helpers.syncer {
-                    Some((syncer, _)) => {
-                        let mut durable = Vec::new();
-                        for (cmd, applied) in batch.drain(..).zip(results) {
-                            if cmd.answers_before_sync() {
-                                cmd.answer(applied, recent);
-                            } else {
-                                durable.push((cmd, applied));
-                            }
+                let mut durable = Vec::new();
+                for (cmd, applied) in batch.drain(..).zip(results) {
+                    match applied {
+                        Err(e) => {
+                            let reason = format!("{e:#}");
+                            tracing::error!(error = %reason, "a write failed on its own; the rest of its group committed");
+                            cmd.fail(StoreError::Unavailable(reason));
                         }
-                        if !durable.is_empty() {
-                            syncer.sync_then_answer(durable);
-                        }
-                    }
-                    None => {
-                        for (cmd, applied) in batch.drain(..).zip(results) {
+                        Ok(applied)
+                            if self.helpers.syncer.is_none() || cmd.answers_before_sync() =>
+                        {
                             cmd.answer(applied, recent);
                         }
+                        Ok(applied) => durable.push((cmd, applied)),
                     }
+                }
+                if let Some((syncer, _)) = &self.helpers.syncer
+                    && !durable.is_empty()
+                {
+                    syncer.sync_then_answer(durable);
                 }
             }
             Err(e) => {
@@ -424,17 +461,8 @@ impl Writer {
         }
     }
 
-    fn apply(&mut self, batch: &[WriteCmd]) -> anyhow::Result<Vec<super::command::Applied>> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .context("beginning a transaction")?;
-        let results = batch
-            .iter()
-            .map(|cmd| cmd.apply(&tx))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        tx.commit().context("committing")?;
-        Ok(results)
+    fn apply(&mut self, batch: &[WriteCmd]) -> anyhow::Result<Vec<anyhow::Result<Applied>>> {
+        apply_group(&mut self.conn, batch)
     }
 
     /// Logs a failed commit: at once when commits start failing, then at
@@ -466,5 +494,92 @@ impl Writer {
                 "commits succeed again"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::models::{Origin, State};
+
+    fn insert(delivery: &str) -> (WriteCmd, oneshot::Receiver<Result<Inserted, StoreError>>) {
+        let (reply, rx) = oneshot::channel();
+        let event = NewEvent {
+            source: "s".to_owned(),
+            delivery_id: delivery.to_owned(),
+            event_type: None,
+            order_key: None,
+            received_at: 1,
+            origin: Origin::Push,
+            content_type: None,
+            headers: "{}".to_owned(),
+            body: bytes::Bytes::from_static(b"{}"),
+            state: State::Pending,
+        };
+        (WriteCmd::Insert { event, reply }, rx)
+    }
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::schema::apply(&mut conn).unwrap();
+        // One row the database refuses, as a constraint would.
+        conn.execute_batch(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON events
+             WHEN NEW.delivery_id = 'poison'
+             BEGIN SELECT RAISE(ABORT, 'poisoned row'); END;",
+        )
+        .unwrap();
+        conn
+    }
+
+    #[test]
+    fn a_command_that_fails_on_its_own_is_rolled_back_alone_and_its_group_commits() {
+        let mut conn = db();
+        let batch = ["a", "poison", "b"].map(|d| insert(d).0);
+        let results = apply_group(&mut conn, &batch).unwrap();
+        assert!(matches!(
+            results[0],
+            Ok(Applied::Inserted(Inserted::New(_)))
+        ));
+        let err = results[1]
+            .as_ref()
+            .err()
+            .expect("the poisoned insert fails");
+        assert!(format!("{err:#}").contains("poisoned row"), "{err:#}");
+        assert!(matches!(
+            results[2],
+            Ok(Applied::Inserted(Inserted::New(_)))
+        ));
+        let stored: Vec<String> = conn
+            .prepare("SELECT delivery_id FROM events ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(stored, ["a", "b"]);
+        assert!(conn.is_autocommit(), "the transaction ended");
+    }
+
+    #[test]
+    fn a_group_whose_transaction_sqlite_rolled_back_keeps_nothing() {
+        let mut conn = db();
+        // ROLLBACK inside a trigger is not allowed; RAISE(ROLLBACK) ends
+        // the whole transaction, as SQLite may on a full disk.
+        conn.execute_batch(
+            "CREATE TRIGGER roll_all BEFORE INSERT ON events
+             WHEN NEW.delivery_id = 'rollback'
+             BEGIN SELECT RAISE(ROLLBACK, 'whole transaction'); END;",
+        )
+        .unwrap();
+        let batch = ["a", "rollback", "b"].map(|d| insert(d).0);
+        let Err(err) = apply_group(&mut conn, &batch) else {
+            panic!("the group must fail as a whole");
+        };
+        assert!(format!("{err:#}").contains("rolled back the whole transaction"));
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0, "nothing of the group is kept, nor auto-committed");
     }
 }
