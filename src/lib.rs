@@ -13,6 +13,7 @@ pub mod health;
 pub mod maintenance;
 pub mod metrics;
 pub mod notify;
+pub mod outbound;
 pub mod private_file;
 pub mod receive;
 pub mod server;

@@ -114,13 +114,7 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(db: Db) -> anyhow::Result<Runner> {
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("hookbox/", env!("CARGO_PKG_VERSION")))
-            .timeout(HTTP_TIMEOUT)
-            .connect_timeout(Duration::from_secs(10))
-            // Never carry a token to wherever a redirect points.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
+        let client = crate::outbound::build(|| crate::outbound::builder().timeout(HTTP_TIMEOUT))
             .context("building the HTTP client for catch-up")?;
         Ok(Runner { db, client })
     }

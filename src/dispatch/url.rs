@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
-use reqwest::{Client, Response, Url, redirect};
+use reqwest::{Client, Response, Url};
 
 use super::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt, sign};
 use crate::clock;
@@ -46,18 +46,10 @@ pub const FORWARD_HEADERS: &[&str] = &[
     "idempotency-key",
 ];
 
-/// Longest wait for a TCP (and TLS) connection; the request's own timeout
-/// still bounds the whole exchange when it is shorter.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The HTTP client every url destination shares (it pools connections):
-/// no redirects, a connect timeout, `User-Agent: hookbox/<version>`.
+/// The HTTP client every url destination shares (it pools connections);
+/// see [`crate::outbound`].
 pub fn client() -> reqwest::Result<Client> {
-    Client::builder()
-        .redirect(redirect::Policy::none())
-        .connect_timeout(CONNECT_TIMEOUT)
-        .user_agent(concat!("hookbox/", env!("CARGO_PKG_VERSION")))
-        .build()
+    crate::outbound::build(crate::outbound::builder)
 }
 
 pub struct UrlDestination {

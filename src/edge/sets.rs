@@ -95,12 +95,14 @@ impl Refresher {
         writer: WriterHandle,
         metrics: EdgeMetrics,
     ) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("hookbox/", env!("CARGO_PKG_VERSION")))
-            .timeout(FETCH_TIMEOUT)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .context("building the HTTP client for the IP sets")?;
+        // The lists are public and carry no secret: a move of the file
+        // (a redirect) is followed, unlike everywhere else.
+        let client = crate::outbound::build(|| {
+            crate::outbound::builder()
+                .timeout(FETCH_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::limited(5))
+        })
+        .context("building the HTTP client for the IP sets")?;
         Ok(Refresher {
             sets,
             used,

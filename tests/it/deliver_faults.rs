@@ -237,3 +237,39 @@ async fn a_hanging_then_redirecting_then_endless_downstream_times_out_is_not_fol
     assert_eq!(app.count("SELECT count(*) FROM events"), 6);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn without_system_ca_certificates_hookbox_warns_uses_its_own_roots_and_delivers() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Downstream::start(|_, _| Reply::status(204)).await;
+    let db = dir.path().join("hookbox.db");
+    // rustls-native-certs reads only these when they are set: a system
+    // with no CA certificates, as a minimal Debian without ca-certificates.
+    let server = ChildServer::spawn_ready_with_env(
+        dir.path(),
+        &db,
+        &deliver_source("github", &url_destination(&down.url()), "5s", 3),
+        "",
+        0,
+        &[
+            ("SSL_CERT_FILE", "/dev/null"),
+            ("SSL_CERT_DIR", "/nonexistent"),
+        ],
+    )
+    .await;
+    post_event(
+        server.addr,
+        "github",
+        "no-ca-1",
+        "application/json",
+        &repo_body("octo/ca", 1),
+    )
+    .await;
+    // Delivered: the dispatcher (and catch-up) built their clients.
+    down.wait_for_hits(1).await;
+    let log = server.output();
+    assert!(
+        log.contains("trusting the Mozilla roots built into hookbox"),
+        "{log}"
+    );
+}

@@ -198,7 +198,20 @@ impl ChildServer {
         server_extra: &str,
         run: usize,
     ) -> ChildServer {
-        Self::spawn_ready_announcing(dir, database, sources, server_extra, run, |_| {}).await
+        Self::spawn_ready_announcing(dir, database, sources, server_extra, run, &[], |_| {}).await
+    }
+
+    /// [`ChildServer::spawn_ready`] with `env` set in the process's
+    /// environment.
+    pub async fn spawn_ready_with_env(
+        dir: &std::path::Path,
+        database: &std::path::Path,
+        sources: &str,
+        server_extra: &str,
+        run: usize,
+        env: &[(&str, &str)],
+    ) -> ChildServer {
+        Self::spawn_ready_announcing(dir, database, sources, server_extra, run, env, |_| {}).await
     }
 
     /// [`ChildServer::spawn_ready`], telling `announce` the public address
@@ -210,12 +223,14 @@ impl ChildServer {
         sources: &str,
         server_extra: &str,
         run: usize,
+        env: &[(&str, &str)],
         announce: impl Fn(SocketAddr),
     ) -> ChildServer {
         for attempt in 0..4 {
             let addr = free_addr();
             announce(addr);
-            let mut server = ChildServer::start(addr, dir, database, sources, server_extra, run);
+            let mut server =
+                ChildServer::start(addr, dir, database, sources, server_extra, run, env);
             match server.wait_ready().await {
                 Ok(()) => return server,
                 Err(exit) if attempt < 3 && server.output().contains("binding the") => {
@@ -234,6 +249,7 @@ impl ChildServer {
         sources: &str,
         server_extra: &str,
         run: usize,
+        env: &[(&str, &str)],
     ) -> ChildServer {
         let admin_addr = free_addr();
         let config = dir.join("hookbox.toml");
@@ -259,6 +275,7 @@ impl ChildServer {
         ] {
             command.env_remove(var);
         }
+        command.envs(env.iter().copied());
         let child = command
             .arg("serve")
             .arg("--config")
