@@ -29,7 +29,7 @@ use crate::clock;
 use crate::config::{Config, DeliverConfig};
 use crate::metrics::{AttemptOutcome, LaneMetrics, Metrics};
 use crate::store::command::Claims;
-use crate::store::dispatch::{AttemptRecord, Claimed, Settled};
+use crate::store::dispatch::{AttemptRecord, ClaimFrom, Claimed, Settled};
 use crate::store::{StoreError, WriterHandle};
 
 /// With nothing pending, look again this often anyway.
@@ -120,6 +120,9 @@ impl Dispatcher {
         let mut claim: Option<Pin<Box<ClaimFuture>>> = None;
         // Look at once: events may be due from before a restart.
         let mut next_due = Some(0);
+        // The wall clock at the last claim: seeing it go backwards, the next
+        // claim also shortens leases granted under the old clock.
+        let mut last_claim_at = i64::MIN;
         loop {
             self.start_queued(&mut tasks, &mut running);
             let now = clock::now_ms();
@@ -128,8 +131,18 @@ impl Dispatcher {
             if can_claim && next_due.is_some_and(|due| due <= now) {
                 let writer = self.writer.clone();
                 let lease_until = now + self.lease.as_millis() as i64;
+                let clock_went_back = now < last_claim_at;
+                if clock_went_back {
+                    tracing::warn!(
+                        by_ms = last_claim_at - now,
+                        "the wall clock went backwards; bringing retries and leases scheduled under it within reach"
+                    );
+                }
+                last_claim_at = now;
                 claim = Some(Box::pin(async move {
-                    writer.claim(wanted, now, lease_until).await
+                    writer
+                        .claim(wanted, now, lease_until, clock_went_back)
+                        .await
                 }));
                 next_due = None;
             }
@@ -175,11 +188,15 @@ impl Dispatcher {
     /// The lanes that should claim now, with how many events each may take:
     /// those whose queue is down to half its room, so that a claim, which
     /// waits its turn behind groups of inserts, fetches many at once.
-    fn wanted(&self) -> Vec<(String, usize)> {
+    fn wanted(&self) -> Vec<ClaimFrom> {
         self.lanes
             .iter()
             .filter(|(_, l)| l.queued.len() <= l.config.concurrency * PREFETCH / 2 && l.room() > 0)
-            .map(|(name, l)| (name.clone(), l.room()))
+            .map(|(name, l)| ClaimFrom {
+                source: name.clone(),
+                limit: l.room(),
+                max_delay_ms: i64::try_from(l.config.backoff_cap.as_millis()).unwrap_or(i64::MAX),
+            })
             .collect()
     }
 

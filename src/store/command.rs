@@ -10,7 +10,7 @@ use rusqlite::Transaction;
 use tokio::sync::oneshot;
 
 use super::catchup::{self as catchup_sql, Done as CatchupDone, Op as CatchupOp};
-use super::dispatch::{self, AttemptRecord, Claimed, ReplayFilter};
+use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, ReplayFilter};
 use super::ingest;
 use super::ip_sets::{self, CachedSet};
 use super::models::{Inserted, NewEvent};
@@ -44,9 +44,11 @@ pub enum WriteCmd {
     },
     /// Leases up to `limit` due events of each source.
     Claim {
-        sources: Vec<(String, usize)>,
+        sources: Vec<ClaimFrom>,
         now: i64,
         lease_until: i64,
+        /// The wall clock went backwards since the last claim.
+        clock_went_back: bool,
         reply: oneshot::Sender<Result<Claims, StoreError>>,
     },
     /// An attempt's outcome. Nobody waits for it: until it commits the
@@ -102,15 +104,21 @@ impl WriteCmd {
                 sources,
                 now,
                 lease_until,
+                clock_went_back,
                 ..
             } => {
                 let mut claims = Claims::default();
-                for (source, limit) in sources {
-                    if *limit > 0 {
+                for from in sources {
+                    let source = from.source.as_str();
+                    dispatch::clamp_retries(tx, source, *now, from.max_delay_ms)?;
+                    if *clock_went_back {
+                        dispatch::clamp_leases(tx, source, *lease_until)?;
+                    }
+                    if from.limit > 0 {
                         claims.jobs.extend(dispatch::claim(
                             tx,
                             source,
-                            *limit,
+                            from.limit,
                             *now,
                             *lease_until,
                         )?);

@@ -27,6 +27,17 @@ pub struct Claimed {
     pub attempt: u32,
 }
 
+/// One source's part of a claim.
+#[derive(Debug, Clone)]
+pub struct ClaimFrom {
+    pub source: String,
+    /// How many due events to claim (0: only report when the next is due).
+    pub limit: usize,
+    /// The longest a retry of this source is ever scheduled ahead
+    /// (`backoff_cap`, which also caps Retry-After), in milliseconds.
+    pub max_delay_ms: i64,
+}
+
 /// Pending events of source `?1` that no lease holds at time `?2` and no
 /// older pending event of their key holds back: what may go next, once due.
 const HEADS: &str = "
@@ -94,6 +105,37 @@ pub fn next_due(conn: &Connection, source: &str, now: i64) -> anyhow::Result<Opt
         Some(row) => row.get(0)?,
         None => None,
     })
+}
+
+/// Brings retries scheduled under a wall clock since set back within
+/// reach: none is ever scheduled more than `max_delay_ms` ahead, so one
+/// due later than `now + max_delay_ms` was scheduled before the clock went
+/// backwards, and would otherwise wait out the whole jump. Runs with every
+/// claim (the due-events index makes it a short range scan), so a jump
+/// while hookbox was stopped is caught too.
+pub fn clamp_retries(
+    conn: &Connection,
+    source: &str,
+    now: i64,
+    max_delay_ms: i64,
+) -> anyhow::Result<usize> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE events SET next_attempt_at = ?2 + ?3
+         WHERE source = ?1 AND state = 'pending' AND next_attempt_at > ?2 + ?3",
+    )?;
+    Ok(stmt.execute(params![source, now, max_delay_ms])?)
+}
+
+/// After the wall clock went backwards: leases granted under the old
+/// clock end no later than one granted now (`lease_until`), rather than
+/// holding their events for the length of the jump. A scan of the source's
+/// pending events, so only run when the dispatcher saw the clock go back.
+pub fn clamp_leases(conn: &Connection, source: &str, lease_until: i64) -> anyhow::Result<usize> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE events SET lease_until = ?2
+         WHERE source = ?1 AND state = 'pending' AND lease_until > ?2",
+    )?;
+    Ok(stmt.execute(params![source, lease_until])?)
 }
 
 /// How an attempt left its event.
@@ -250,6 +292,31 @@ mod tests {
 
     fn ids(claimed: &[Claimed]) -> Vec<i64> {
         claimed.iter().map(|c| c.id).collect()
+    }
+
+    #[test]
+    fn after_the_clock_went_back_retries_and_leases_come_within_reach() {
+        const JUMP: i64 = 3 * 3_600_000;
+        let conn = db();
+        // Scheduled under a clock 3 h ahead: a retry due 10 min later, and
+        // a lease of 1 min.
+        let waiting = add(&conn, "w", None, JUMP + 600_000);
+        let leased = add(&conn, "l", None, 0);
+        assert_eq!(
+            ids(&claim(&conn, "s", 1, JUMP, JUMP + 60_000).unwrap()),
+            vec![leased]
+        );
+        // The clock now reads 0.
+        assert!(claim(&conn, "s", 10, 600_000, 660_000).unwrap().is_empty());
+        assert_eq!(clamp_retries(&conn, "s", 0, 600_000).unwrap(), 1);
+        assert_eq!(clamp_leases(&conn, "s", 60_000).unwrap(), 1);
+        // Due at the cap, leased no longer than a lease granted now.
+        assert_eq!(
+            ids(&claim(&conn, "s", 10, 600_000, 660_000).unwrap()),
+            vec![leased, waiting]
+        );
+        // Nothing scheduled within reach is touched.
+        assert_eq!(clamp_retries(&conn, "s", 600_000, 600_000).unwrap(), 0);
     }
 
     #[test]

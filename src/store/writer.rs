@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::Nudge;
 use super::command::{Applied, Claims, WriteCmd};
-use super::dispatch::{AttemptRecord, ReplayFilter};
+use super::dispatch::{AttemptRecord, ClaimFrom, ReplayFilter};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
 use super::retention::PruneBatch;
@@ -224,15 +224,17 @@ impl WriterHandle {
     /// Leases up to the given number of due events of each source.
     pub async fn claim(
         &self,
-        sources: Vec<(String, usize)>,
+        sources: Vec<ClaimFrom>,
         now: i64,
         lease_until: i64,
+        clock_went_back: bool,
     ) -> Result<Claims, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Claim {
             sources,
             now,
             lease_until,
+            clock_went_back,
             reply,
         })?;
         rx.await.map_err(|_| StoreError::Closed)?
