@@ -16,6 +16,7 @@
 
 mod db;
 pub mod github;
+mod holder;
 mod report;
 pub mod stripe;
 
@@ -178,7 +179,8 @@ pub async fn run_once(
 ) -> RunReport {
     let mut report = RunReport::new(job, dry_run);
     let started_at = clock::now_ms();
-    let holder = format!("{}:{:016x}", std::process::id(), fastrand::u64(..));
+    let holder = holder::new();
+    release_if_holder_died(runner, job).await;
     let lock = Op::Lock {
         name: job.lock_name(),
         holder: holder.clone(),
@@ -245,6 +247,38 @@ pub async fn run_once(
     }
     report.log();
     report
+}
+
+/// A pass killed mid-way (kill -9, a crash, power loss) leaves its lock
+/// for [`LOCK_TTL`]; when its holder is a process of this PID namespace
+/// that no longer exists, the lock is released now instead, so catch-up
+/// runs right after a restart, when it matters most.
+async fn release_if_holder_died(runner: &Runner, job: &Job) {
+    let name = job.lock_name();
+    let read = name.clone();
+    let current = runner
+        .db
+        .read(move |conn| sql::lock_holder(conn, &read))
+        .await;
+    let Ok(Some(stale)) = current else {
+        return;
+    };
+    if !holder::is_dead(&stale) {
+        return;
+    }
+    let unlock = Op::Unlock {
+        name,
+        holder: stale.clone(),
+    };
+    match runner.db.write(unlock).await {
+        Ok(_) => tracing::info!(
+            holder = %stale,
+            "released the job lock of a catch-up run whose process is gone"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "could not release a dead run's job lock")
+        }
+    }
 }
 
 /// Moves the mark when the run was whole, then records the end of the run:

@@ -329,3 +329,33 @@ async fn a_pass_held_elsewhere_is_reported_busy_and_an_expired_lock_is_taken_ove
     assert!(report.complete, "{report:?}");
     assert_eq!(fake.posts(), vec![BASE_ID]);
 }
+
+#[tokio::test]
+async fn the_lock_of_a_pass_whose_process_died_is_released_at_once_not_after_its_ttl() {
+    let fake = Fake::start(vec![Attempt::new(BASE_ID, "g", ago(60), false)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let config = config_at(&db, &github_source(&fake.url()));
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let hold = |holder: String| {
+        Connection::open(&db)
+            .unwrap()
+            .execute(
+                "INSERT OR REPLACE INTO job_locks (name, holder, expires_at)
+                 VALUES ('catchup:github:github_redelivery', ?1, ?2)",
+                rusqlite::params![holder, hookbox::clock::now_ms() + 600_000],
+            )
+            .unwrap();
+    };
+    // Held by a live process of this namespace (this test): busy.
+    hold(format!("{}@{}:01", std::process::id(), ns.display()));
+    assert!(pass(&config, "github", false).await.busy);
+    // Held, for 10 more minutes, by a process that was killed: taken.
+    let mut killed = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    hold(format!("{}@{}:02", killed.id(), ns.display()));
+    let report = pass(&config, "github", false).await;
+    assert!(!report.busy && report.complete, "{report:?}");
+    assert_eq!(fake.posts(), vec![BASE_ID]);
+}

@@ -102,7 +102,6 @@ async fn soak_kill_9_at_random_moments_under_ingest_dispatch_and_catch_up_loses_
     let mut acked: HashSet<Key> = HashSet::new();
     let mut missed: Vec<String> = Vec::new();
     let mut statuses: HashMap<u16, usize> = HashMap::new();
-    let mut stale = 0;
     for cycle in 0..cycles {
         // What GitHub failed to deliver while hookbox was down.
         for k in 0..MISSED_PER_CYCLE {
@@ -111,7 +110,6 @@ async fn soak_kill_9_at_random_moments_under_ingest_dispatch_and_catch_up_loses_
             fake.add(Attempt::new(id, &guid, now_secs() - rng.i64(0..3), false));
             missed.push(guid);
         }
-        stale += expire_locks_of_dead_holders(&db);
         let mut server = spawn(dir.path(), &db, &sources, cycle, &fake).await;
         let load = Load::start(server.addr, &format!("c{cycle}"), CLIENTS);
         let after = Duration::from_millis(rng.u64(KILL_AFTER_MS));
@@ -146,7 +144,6 @@ async fn soak_kill_9_at_random_moments_under_ingest_dispatch_and_catch_up_loses_
 
     // The clean run: everything acknowledged gets delivered, and catch-up
     // brings in every delivery GitHub still lists as failed.
-    stale += expire_locks_of_dead_holders(&db);
     let mut server = spawn(dir.path(), &db, &sources, cycles, &fake).await;
     let drain = Instant::now();
     let mut progress = (i64::MAX, Instant::now());
@@ -225,7 +222,7 @@ async fn soak_kill_9_at_random_moments_under_ingest_dispatch_and_catch_up_loses_
         "soak: {cycles} kill -9 cycles, {} events acknowledged to clients + {} redelivered by catch-up, \
          {not_acked} stored but cut off before their answer; lost 0, duplicated 0; \
          {} downstream requests ({} failed on purpose); {} redeliveries asked; \
-         {stale} catch-up lock(s) left by a killed pass expired by the test; {:?}",
+         {:?}",
         acked.len(),
         missed.len(),
         down.requests(),
@@ -285,55 +282,6 @@ fn count(db: &Path, sql: &str) -> i64 {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
-}
-
-/// A catch-up pass killed mid-way leaves its job lock in `job_locks` for
-/// `LOCK_TTL` (10 minutes) after its last renewal: until then the restarted
-/// server's scheduler finds the job busy and skips it. The test stands in
-/// for those 10 minutes, before each start, by expiring locks whose holder
-/// process is dead (the holder is `pid:random`); returns how many it
-/// expired.
-fn expire_locks_of_dead_holders(db: &Path) -> usize {
-    if !db.exists() {
-        return 0;
-    }
-    let conn = Connection::open(db).unwrap();
-    conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    let holders: Vec<(String, String)> = conn
-        .prepare("SELECT name, holder FROM job_locks")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut expired = 0;
-    for (name, holder) in holders {
-        let pid: i32 = holder.split(':').next().unwrap().parse().unwrap();
-        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-            && !is_zombie(pid);
-        if !alive {
-            eprintln!("job lock {name} held by dead process {holder}: expiring it");
-            expired += conn
-                .execute(
-                    "UPDATE job_locks SET expires_at = 0 WHERE name = ?1 AND holder = ?2",
-                    [&name, &holder],
-                )
-                .unwrap();
-        }
-    }
-    expired
-}
-
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-        .unwrap_or(true)
 }
 
 // ---------------------------------------------------------- downstream ---
