@@ -117,7 +117,17 @@ enum StateArg {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
-    let config = match config::load(cli.config.as_deref()) {
+    // Commands that only read or copy the database need no secrets.
+    let needs_secrets = matches!(
+        cli.command,
+        Command::Serve | Command::Check | Command::CatchUp { .. }
+    );
+    let loaded = if needs_secrets {
+        config::load(cli.config.as_deref())
+    } else {
+        config::load_without_secrets(cli.config.as_deref())
+    };
+    let config = match loaded {
         Ok(config) => config,
         Err(e) => {
             eprint!("{e}");

@@ -357,6 +357,42 @@ impl std::error::Error for ConfigError {}
 /// Loads the config: `path` if given, else [`SYSTEM_CONFIG`] when it
 /// exists, else the embedded default.
 pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+    load_with(path, |raw| raw)
+}
+
+/// A secret that is valid for every kind (the published Standard Webhooks
+/// test-vector secret), standing in for secrets not resolved.
+const PLACEHOLDER_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// [`load`] for the commands that only read or copy the database
+/// (`events`, `backup`, `purge`, `replay`, `healthcheck`): secrets are not
+/// resolved but stood in for, and catch-up, TLS and the admin token, which
+/// they do not use, are left out. So `sudo hookbox events` works outside
+/// the unit, without `$CREDENTIALS_DIRECTORY` or the key files.
+pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> {
+    load_with(path, |mut raw| {
+        raw.admin.token = None;
+        raw.server.tls = None;
+        for source in &mut raw.sources {
+            for secret in &mut source.secrets {
+                *secret = PLACEHOLDER_SECRET.to_owned();
+            }
+            if let Some(deliver) = &mut source.deliver
+                && deliver.signing_secret.is_some()
+            {
+                deliver.signing_secret = Some(PLACEHOLDER_SECRET.to_owned());
+            }
+            source.github_redelivery = None;
+            source.stripe_backfill = None;
+        }
+        raw
+    })
+}
+
+fn load_with(
+    path: Option<&Path>,
+    prepare: impl FnOnce(RawConfig) -> RawConfig,
+) -> Result<Config, ConfigError> {
     let path = path
         .map(Path::to_path_buf)
         .or_else(|| Some(PathBuf::from(SYSTEM_CONFIG)).filter(|p| p.exists()));
@@ -367,24 +403,27 @@ pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
                 origin: origin.clone(),
                 problems: vec![format!("cannot read the file: {e}")],
             })?;
-            from_toml(&text, origin)
+            validate(prepare(parse(&text, &origin)?), origin)
         }
         None => {
             let (raw, disabled) = embedded();
-            let mut config = validate(raw, "embedded default".to_owned())?;
+            let mut config = validate(prepare(raw), "embedded default".to_owned())?;
             config.disabled_defaults = disabled;
             Ok(config)
         }
     }
 }
 
+fn parse(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| ConfigError {
+        origin: origin.to_owned(),
+        problems: vec![e.to_string().trim_end().to_owned()],
+    })
+}
+
 /// Parses and validates TOML text.
 pub fn from_toml(text: &str, origin: String) -> Result<Config, ConfigError> {
-    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
-        origin: origin.clone(),
-        problems: vec![e.to_string().trim_end().to_owned()],
-    })?;
-    validate(raw, origin)
+    validate(parse(text, &origin)?, origin)
 }
 
 /// The embedded default: `github`, `stripe`, `shopify` and `standard`

@@ -1,4 +1,5 @@
-//! The `hookbox` binary's verbs that do not serve: `check` and `replay`.
+//! The `hookbox` binary's verbs that do not serve: `check`, `replay`, and
+//! the others that only read or copy the database.
 
 use std::process::Command;
 
@@ -107,4 +108,51 @@ fn the_embedded_default_enables_a_source_when_its_secret_is_set() {
     assert!(stdout.contains("name = \"github\""), "{stdout}");
     assert!(!stdout.contains("name = \"stripe\""), "{stdout}");
     assert!(!stdout.contains("from-env"), "{stdout}");
+}
+
+#[test]
+fn commands_that_only_read_the_database_need_no_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookbox.toml");
+    // Every secret is a systemd credential, and there is no
+    // $CREDENTIALS_DIRECTORY: as `sudo hookbox …` outside the unit.
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndatabase = {:?}\n[admin]\ntoken = \"cred:admin-token\"\n\
+             [[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"cred:github\"]\n\
+             [sources.deliver]\nurl = \"https://example.test/hook\"\nsigning_secret = \"cred:signing\"\n\
+             [sources.github_redelivery]\ntoken = \"cred:github-token\"\nhook_id = 1\nrepo = \"o/r\"\n",
+            dir.path().join("hookbox.db").display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut conn = rusqlite::Connection::open(dir.path().join("hookbox.db")).unwrap();
+    hookbox::store::schema::apply(&mut conn).unwrap();
+    drop(conn);
+    let run = |args: &[&str]| {
+        hookbox()
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .output()
+            .unwrap()
+    };
+    let check = run(&["check"]);
+    assert_eq!(check.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        stderr.contains("$CREDENTIALS_DIRECTORY is not set"),
+        "{stderr}"
+    );
+
+    let events = run(&["events"]);
+    assert!(events.status.success(), "{events:?}");
+    let backup = dir.path().join("copy.db");
+    let out = run(&["backup", backup.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(backup.exists());
+    let out = run(&["replay", "--dead"]);
+    assert!(out.status.success(), "{out:?}");
 }
