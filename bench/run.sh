@@ -17,8 +17,9 @@
 # Environment: RUNS (3), DURATION seconds (10), WARMUP seconds (1),
 # CONNECTIONS (64), DURABILITY (full), DRAIN_TIMEOUT seconds (60),
 # SCENARIOS ("new dup90 deliver deliver_idle").
-# ATTACK=1 also runs hookbox-attack (valid p50/p99 during slowloris, 10k idle
-# connections and a duplicate storm), with the fd limit raised to the hard one.
+# ATTACK=1 also runs hookbox-attack RUNS times (valid p50/p99 and the
+# server's peak RSS during slowloris, 10k idle connections and a duplicate
+# storm; medians at the end), with the fd limit raised to the hard one.
 # Exits non-zero when any run fails its checks (row count, exit status,
 # answers; for deliver*: every row delivered, every 202 seen downstream,
 # signatures valid, backlog drained within DRAIN_TIMEOUT).
@@ -202,7 +203,8 @@ if [ "${ATTACK:-0}" = 1 ]; then
     echo
     echo "== attack: valid deliveries while hookbox is attacked"
     ulimit -n "$(ulimit -Hn)" || true
-    "$root/target/release/hookbox-attack" --hookbox "$root/target/release/hookbox" || failed=1
+    "$root/target/release/hookbox-attack" --hookbox "$root/target/release/hookbox" \
+        --runs "$RUNS" || failed=1
 fi
 
 if [ "$failed" -ne 0 ]; then

@@ -6,8 +6,11 @@
 //! that open and send nothing, and a duplicate storm (64 tasks resending
 //! one id). During every phase `--valid` keep-alive connections post
 //! signed, unique GitHub deliveries; the phase prints their count, errors,
-//! p50 and p99. Raise the fd limit first for many idle connections
-//! (`ulimit -n 65536`, as `bench/run.sh attack` does).
+//! p50 and p99, and the server's peak resident memory during the phase
+//! (VmRSS sampled every 50 ms). `--runs` repeats the whole sequence on a
+//! fresh server each time and ends with the median of each figure per
+//! phase. Raise the fd limit first for many idle connections
+//! (`ulimit -n 65536`, as `bench/run.sh` does with `ATTACK=1`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,6 +52,20 @@ struct Args {
     /// Idle connections (capped by the server's max_connections queue).
     #[arg(long, default_value_t = 10_000)]
     idle: u32,
+    /// Times to run every phase, each on a fresh server.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+}
+
+/// What one phase measured.
+#[derive(Debug, Clone)]
+struct Measured {
+    name: String,
+    rate: f64,
+    errors: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    peak_rss_mib: f64,
 }
 
 fn main() -> Result<()> {
@@ -60,6 +77,20 @@ struct Server {
     child: Child,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
+}
+
+/// The process's resident memory now, in MiB (Linux).
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
 }
 
 impl Drop for Server {
@@ -168,8 +199,26 @@ async fn client(addr: SocketAddr, tag: String, stop: Arc<AtomicBool>) -> (Vec<u6
     (lat, errors)
 }
 
-async fn phase(args: &Args, addr: SocketAddr, name: &str, attack: impl FnOnce(Arc<AtomicBool>)) {
+async fn phase(
+    args: &Args,
+    server: &Server,
+    name: &str,
+    attack: impl FnOnce(Arc<AtomicBool>),
+) -> Measured {
+    let addr = server.addr;
     let stop = Arc::new(AtomicBool::new(false));
+    let pid = server.child.id();
+    let sampler = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut peak = 0.0f64;
+            while !stop.load(Ordering::Relaxed) {
+                peak = peak.max(rss_mib(pid).unwrap_or(0.0));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            peak
+        })
+    };
     attack(stop.clone());
     // Let the attack build up before measuring.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -190,26 +239,72 @@ async fn phase(args: &Args, addr: SocketAddr, name: &str, attack: impl FnOnce(Ar
         lat.get(((lat.len() as f64 * p).ceil() as usize).saturating_sub(1))
             .map_or(f64::NAN, |us| *us as f64 / 1000.0)
     };
-    println!(
-        "{name:<24} valid 202s {:>7} ({:>6.0}/s)  errors {errors:>4}  p50 {:>7.2} ms  p99 {:>7.2} ms",
-        lat.len(),
-        lat.len() as f64 / args.phase,
-        q(0.50),
-        q(0.99)
-    );
+    let measured = Measured {
+        name: name.to_owned(),
+        rate: lat.len() as f64 / args.phase,
+        errors,
+        p50_ms: q(0.50),
+        p99_ms: q(0.99),
+        peak_rss_mib: sampler.await.unwrap_or(f64::NAN),
+    };
+    print(&measured);
     // Attackers see `stop` and wind down; give their sockets time to close.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    measured
+}
+
+fn print(m: &Measured) {
+    println!(
+        "{:<24} valid {:>6.0}/s  errors {:>4}  p50 {:>7.2} ms  p99 {:>7.2} ms  peak RSS {:>6.1} MiB",
+        m.name, m.rate, m.errors, m.p50_ms, m.p99_ms, m.peak_rss_mib
+    );
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 async fn run(args: Args) -> Result<()> {
-    let server = start(&args).await?;
+    let mut runs: Vec<Vec<Measured>> = Vec::new();
+    for i in 1..=args.runs {
+        if args.runs > 1 {
+            println!("-- run {i} of {}", args.runs);
+        }
+        runs.push(run_once(&args).await?);
+    }
+    if args.runs > 1 {
+        println!("-- median of {} runs", args.runs);
+        for (p, first) in runs[0].iter().enumerate() {
+            let of = |f: fn(&Measured) -> f64| median(runs.iter().map(|r| f(&r[p])).collect());
+            print(&Measured {
+                name: first.name.clone(),
+                rate: of(|m| m.rate),
+                errors: runs.iter().map(|r| r[p].errors).sum(),
+                p50_ms: of(|m| m.p50_ms),
+                p99_ms: of(|m| m.p99_ms),
+                peak_rss_mib: of(|m| m.peak_rss_mib),
+            });
+        }
+        println!("(errors: the sum over all runs)");
+    }
+    Ok(())
+}
+
+async fn run_once(args: &Args) -> Result<Vec<Measured>> {
+    let server = start(args).await?;
     let addr = server.addr;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut measured = Vec::new();
 
-    phase(&args, addr, "baseline", |_| {}).await;
+    measured.push(phase(args, &server, "baseline", |_| {}).await);
 
     let n = args.slowloris;
-    phase(&args, addr, &format!("slowloris x{n}"), |stop| {
+    let slowloris = phase(args, &server, &format!("slowloris x{n}"), |stop| {
         for i in 0..n {
             let stop = stop.clone();
             tokio::spawn(async move {
@@ -234,7 +329,7 @@ async fn run(args: Args) -> Result<()> {
     let n = args.idle;
     let opened = Arc::new(AtomicU64::new(0));
     let counted = opened.clone();
-    phase(&args, addr, &format!("idle x{n}"), |stop| {
+    let idle = phase(args, &server, &format!("idle x{n}"), |stop| {
         for _ in 0..n {
             let (stop, opened) = (stop.clone(), opened.clone());
             tokio::spawn(async move {
@@ -256,7 +351,7 @@ async fn run(args: Args) -> Result<()> {
 
     let sent = Arc::new(AtomicU64::new(0));
     let storm = sent.clone();
-    phase(&args, addr, "duplicate storm x64", |stop| {
+    let storm_phase = phase(args, &server, "duplicate storm x64", |stop| {
         for _ in 0..64 {
             let (stop, sent) = (stop.clone(), sent.clone());
             tokio::spawn(async move {
@@ -286,6 +381,7 @@ async fn run(args: Args) -> Result<()> {
         "  (storm requests answered: {})",
         storm.load(Ordering::Relaxed)
     );
+    measured.extend([slowloris, idle, storm_phase]);
     drop(server);
-    Ok(())
+    Ok(measured)
 }
