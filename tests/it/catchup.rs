@@ -351,7 +351,10 @@ async fn the_lock_of_a_pass_whose_process_died_is_released_at_once_not_after_its
     hold(format!("{}@{}:01", std::process::id(), ns.display()));
     assert!(pass(&config, "github", false).await.busy);
     // Held, for 10 more minutes, by a process that was killed: taken.
-    let mut killed = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let mut killed = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
     killed.kill().unwrap();
     killed.wait().unwrap();
     hold(format!("{}@{}:02", killed.id(), ns.display()));

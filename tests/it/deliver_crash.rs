@@ -3,10 +3,6 @@
 //! grace period, is delivered again after the restart, under the same
 //! `webhook-id`.
 
-use std::fs::File;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::deliver::*;
@@ -30,13 +26,13 @@ async fn a_delivery_cut_by_kill_9_is_delivered_again_after_restart_with_the_same
     let dir = tempfile::tempdir().unwrap();
     // The attempt timeout outlives the hold, so only the kill ends it.
     let sources = deliver_source("github", &url_destination(&down.url()), "60s", 5);
-    let mut server = Binary::spawn_ready(dir.path(), &sources, 0).await;
+    let db = dir.path().join("hookbox.db");
+    let mut server = ChildServer::spawn_ready(dir.path(), &db, &sources, "", 0).await;
     let body = repo_body("acme/widgets", 1);
     let id = post_event(server.addr, "github", "held", "application/json", &body).await;
 
     let first = down.wait_for_hits(1).await;
     server.kill9();
-    let db = dir.path().join("hookbox.db");
     let row = event_row(&db, id);
     assert_eq!(row.state, "pending", "{row:?}");
     assert!(
@@ -45,7 +41,7 @@ async fn a_delivery_cut_by_kill_9_is_delivered_again_after_restart_with_the_same
     );
 
     // The lease runs for a minute; the restart must not wait for it.
-    let server = Binary::spawn_ready(dir.path(), &sources, 1).await;
+    let server = ChildServer::spawn_ready(dir.path(), &db, &sources, "", 1).await;
     wait_for_state(&db, id, "delivered").await;
     let hits = down.hits();
     assert_eq!(hits.len(), 2, "delivered again, once");
@@ -104,118 +100,4 @@ async fn shutdown_during_a_held_delivery_ends_after_the_grace_and_the_restart_de
     assert_eq!(hits[1].header("x-hookbox-attempt"), "1");
     assert_eq!(outcomes(&db, id), [(1, "delivered".into(), Some(204))]);
     app.shutdown().await;
-}
-
-// -------------------------------------------------------------- binary ---
-
-/// `hookbox serve` as a child process on the database in `dir`; killed on
-/// drop so a failed assertion leaves nothing running, its log printed when
-/// the test fails (or with `TEST_LOG=1`).
-struct Binary {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Binary {
-    /// Starts and waits for `/readyz`; ports are picked free and let go,
-    /// so a start that loses one to another socket is tried again.
-    async fn spawn_ready(dir: &Path, sources: &str, run: usize) -> Binary {
-        for attempt in 0..4 {
-            let mut server = Binary::start(dir, sources, run);
-            match server.wait_ready().await {
-                Ok(()) => return server,
-                Err(exit) if attempt < 3 && server.log().contains("binding the") => {
-                    eprintln!("hookbox could not bind ({exit}); trying other ports");
-                }
-                Err(exit) => panic!("hookbox exited before it was ready: {exit}"),
-            }
-        }
-        unreachable!()
-    }
-
-    fn start(dir: &Path, sources: &str, run: usize) -> Binary {
-        let addr = free_addr();
-        let config = dir.join("hookbox.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[server]\nlisten = \"{addr}\"\nadmin_listen = \"{}\"\ndatabase = {:?}\n{sources}",
-                free_addr(),
-                dir.join("hookbox.db").display().to_string()
-            ),
-        )
-        .unwrap();
-        let log = dir.join(format!("hookbox-{run}.log"));
-        let out = File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hookbox"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .env_remove("HOOKBOX_CONFIG")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("starting the hookbox binary");
-        Binary { child, addr, log }
-    }
-
-    async fn wait_ready(&mut self) -> Result<(), String> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Err(format!("{status:?}"));
-            }
-            let ready = client
-                .get(format!("http://{}/readyz", self.addr))
-                .send()
-                .await;
-            if ready.is_ok_and(|r| r.status() == 200) {
-                return Ok(());
-            }
-            assert!(Instant::now() < deadline, "hookbox not ready within 15 s");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// SIGKILL (what `Child::kill` sends on Unix), then reap.
-    fn kill9(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        if std::thread::panicking() || std::env::var_os("TEST_LOG").is_some() {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!(
-                "--- {} ---\n{}",
-                self.log.display(),
-                lines[lines.len().saturating_sub(60)..].join("\n")
-            );
-        }
-    }
-}
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }

@@ -103,17 +103,28 @@ impl TestApp {
 
     /// POSTs a GitHub delivery signed with the test secret.
     pub async fn post_github(&self, delivery: &str, body: &[u8]) -> reqwest::Response {
-        self.client
-            .post(self.url("/hooks/github"))
-            .header("content-type", "application/json")
-            .header("x-github-event", "push")
-            .header("x-github-delivery", delivery)
-            .header("x-hub-signature-256", github_signature(GITHUB_SECRET, body))
-            .body(body.to_vec())
+        github_request(&self.client, &self.url("/hooks/github"), delivery, body)
             .send()
             .await
             .unwrap()
     }
+}
+
+/// A POST of `body` to `url` as the GitHub `push` delivery `delivery`,
+/// signed with the test secret.
+pub fn github_request(
+    client: &reqwest::Client,
+    url: &str,
+    delivery: &str,
+    body: &[u8],
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", delivery)
+        .header("x-hub-signature-256", github_signature(GITHUB_SECRET, body))
+        .body(body.to_vec())
 }
 
 pub fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -188,8 +199,10 @@ pub struct ChildServer {
 }
 
 impl ChildServer {
-    /// Starts the binary and waits for `/readyz`. Ports are picked free and
-    /// let go, so a start that loses one to another socket is tried again.
+    /// Starts the binary and waits for `/readyz` on the admin listener
+    /// (plain HTTP even when the public one speaks TLS; both are bound
+    /// before either serves). Ports are picked free and let go, so a
+    /// start that loses one to another socket is tried again.
     /// The config is written to `dir`, the log to `dir/hookbox-{run}.log`.
     pub async fn spawn_ready(
         dir: &std::path::Path,
@@ -305,7 +318,7 @@ impl ChildServer {
                 return Err(format!("{status:?}"));
             }
             let ready = client
-                .get(format!("http://{}/readyz", self.addr))
+                .get(format!("http://{}/readyz", self.admin_addr))
                 .send()
                 .await;
             if ready.is_ok_and(|r| r.status() == 200) {
@@ -334,10 +347,15 @@ impl ChildServer {
         self.child.wait().unwrap()
     }
 
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+
     /// SIGTERM, then waits up to `within` for the exit.
     pub async fn terminate(&mut self, within: std::time::Duration) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        self.signal(nix::sys::signal::Signal::SIGTERM);
         let deadline = std::time::Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -355,6 +373,13 @@ impl ChildServer {
     pub fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The last `n` lines the process wrote.
+    pub fn log_tail(&self, n: usize) -> String {
+        let output = self.output();
+        let lines: Vec<&str> = output.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
 }
 
 impl Drop for ChildServer {
@@ -364,13 +389,7 @@ impl Drop for ChildServer {
             let _ = self.child.wait();
         }
         if std::thread::panicking() || std::env::var_os("TEST_LOG").is_some() {
-            let output = self.output();
-            let lines: Vec<&str> = output.lines().collect();
-            eprintln!(
-                "--- {} ---\n{}",
-                self.log.display(),
-                lines[lines.len().saturating_sub(80)..].join("\n")
-            );
+            eprintln!("--- {} ---\n{}", self.log.display(), self.log_tail(80));
         }
     }
 }

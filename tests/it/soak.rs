@@ -19,7 +19,6 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +31,7 @@ use tokio::task::JoinHandle;
 use crate::catchup::fake::{Attempt, BASE_ID, Fake, HOOK_ID, TOKEN};
 use crate::deliver::SIGNING_SECRET;
 use crate::helpers::*;
+use crate::load::{Load, Traffic};
 
 /// Kill cycles in CI (the whole test stays well under a minute on two
 /// cores); `HOOKBOX_SOAK_CYCLES` sets another number.
@@ -111,7 +111,7 @@ async fn soak_kill_9_at_random_moments_under_ingest_dispatch_and_catch_up_loses_
             missed.push(guid);
         }
         let mut server = spawn(dir.path(), &db, &sources, cycle, &fake).await;
-        let load = Load::start(server.addr, &format!("c{cycle}"), CLIENTS);
+        let load = Load::start(server.addr, &format!("c{cycle}"), CLIENTS, EVENTS);
         let after = Duration::from_millis(rng.u64(KILL_AFTER_MS));
         tokio::time::sleep(after).await;
         let status = server.kill9();
@@ -130,7 +130,7 @@ async fn soak_kill_9_at_random_moments_under_ingest_dispatch_and_catch_up_loses_
         for (status, n) in report.statuses {
             *statuses.entry(status).or_default() += n;
         }
-        acked.extend(report.acked);
+        acked.extend(report.acked.into_iter().map(|a| a.key));
         drop(server);
     }
     let unexpected: Vec<_> = statuses
@@ -418,113 +418,44 @@ impl Drop for Sink {
 
 // ---------------------------------------------------------------- load ---
 
-/// Clients posting distinct events, alternating between the sources, as
-/// fast as hookbox answers.
-struct Load {
-    stop: Arc<AtomicBool>,
-    tasks: Vec<JoinHandle<ClientReport>>,
-}
+/// Distinct events, alternating between the sources.
+const EVENTS: Traffic<Key> = Traffic {
+    request: event,
+    read_row: false,
+};
 
-#[derive(Default)]
-struct ClientReport {
-    acked: Vec<Key>,
-    statuses: HashMap<u16, usize>,
-    errors: usize,
-}
-
-impl Load {
-    fn start(addr: SocketAddr, prefix: &str, clients: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicUsize::new(0));
-        let tasks = (0..clients)
-            .map(|c| {
-                let prefix = format!("{prefix}-t{c}");
-                tokio::spawn(client_loop(addr, prefix, stop.clone(), sent.clone()))
-            })
-            .collect();
-        Load { stop, tasks }
-    }
-
-    async fn stop(self) -> ClientReport {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut all = ClientReport::default();
-        for task in self.tasks {
-            let report = tokio::time::timeout(Duration::from_secs(15), task)
-                .await
-                .expect("a client stops once told to")
-                .unwrap();
-            all.acked.extend(report.acked);
-            for (status, n) in report.statuses {
-                *all.statuses.entry(status).or_default() += n;
-            }
-            all.errors += report.errors;
-        }
-        all
-    }
-}
-
-async fn client_loop(
+/// The `n`-th request of the client `prefix`: a Stripe event, then a
+/// GitHub delivery, and so on.
+fn event(
+    client: &reqwest::Client,
     addr: SocketAddr,
-    prefix: String,
-    stop: Arc<AtomicBool>,
-    sent: Arc<AtomicUsize>,
-) -> ClientReport {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let mut report = ClientReport::default();
-    let mut n = 0usize;
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        sent.fetch_add(1, Ordering::Relaxed);
-        let (key, request) = if n.is_multiple_of(2) {
-            let delivery = format!("{prefix}-{n}");
-            let body = format!(
-                r#"{{"delivery":"{delivery}","pad":"{}"}}"#,
-                "x".repeat(n % 700)
-            );
-            let request = client
-                .post(format!("http://{addr}/hooks/github"))
-                .header("content-type", "application/json")
-                .header("x-github-event", "push")
-                .header("x-github-delivery", &delivery)
-                .header(
-                    "x-hub-signature-256",
-                    github_signature(GITHUB_SECRET, body.as_bytes()),
-                )
-                .body(body);
-            (("github".to_owned(), delivery), request)
-        } else {
-            let id = format!("evt_{prefix}_{n}");
-            let body = format!(
-                r#"{{"id":"{id}","object":"event","type":"invoice.paid","data":{{"object":{{"id":"in_{n}"}}}}}}"#
-            );
-            let t = now_secs();
-            let mut signed = format!("{t}.").into_bytes();
-            signed.extend_from_slice(body.as_bytes());
-            let sig = hex::encode(hmac_sha256(STRIPE_SECRET.as_bytes(), &signed));
-            let request = client
-                .post(format!("http://{addr}/hooks/stripe"))
-                .header("content-type", "application/json")
-                .header("stripe-signature", format!("t={t},v1={sig}"))
-                .body(body);
-            (("stripe".to_owned(), id), request)
-        };
-        match request.send().await {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                *report.statuses.entry(status).or_default() += 1;
-                // The status line is the promise; the body may be cut.
-                if r.status().is_success() {
-                    report.acked.push(key);
-                }
-            }
-            Err(_) => {
-                report.errors += 1;
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
+    prefix: &str,
+    n: usize,
+) -> (Key, reqwest::RequestBuilder) {
+    let n = n + 1;
+    if n.is_multiple_of(2) {
+        let delivery = format!("{prefix}-{n}");
+        let body = format!(
+            r#"{{"delivery":"{delivery}","pad":"{}"}}"#,
+            "x".repeat(n % 700)
+        );
+        let url = format!("http://{addr}/hooks/github");
+        let request = github_request(client, &url, &delivery, body.as_bytes());
+        (("github".to_owned(), delivery), request)
+    } else {
+        let id = format!("evt_{prefix}_{n}");
+        let body = format!(
+            r#"{{"id":"{id}","object":"event","type":"invoice.paid","data":{{"object":{{"id":"in_{n}"}}}}}}"#
+        );
+        let t = now_secs();
+        let mut signed = format!("{t}.").into_bytes();
+        signed.extend_from_slice(body.as_bytes());
+        let sig = hex::encode(hmac_sha256(STRIPE_SECRET.as_bytes(), &signed));
+        let request = client
+            .post(format!("http://{addr}/hooks/stripe"))
+            .header("content-type", "application/json")
+            .header("stripe-signature", format!("t={t},v1={sig}"))
+            .body(body);
+        (("stripe".to_owned(), id), request)
     }
-    report
 }

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rcgen::{
@@ -16,7 +16,7 @@ use rcgen::{
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::helpers::{GITHUB_SECRET, GITHUB_SOURCE, TestApp, github_signature};
+use crate::helpers::{ChildServer, GITHUB_SOURCE, TestApp, github_request};
 
 const BODY: &[u8] = br#"{"zen":"Encrypt everything."}"#;
 /// How long a reload may take to show: polling every 1 s here, 5 s by
@@ -100,13 +100,8 @@ impl Files {
 }
 
 async fn post(client: &reqwest::Client, addr: SocketAddr, delivery: &str) -> reqwest::Result<u16> {
-    client
-        .post(format!("https://127.0.0.1:{}/hooks/github", addr.port()))
-        .header("content-type", "application/json")
-        .header("x-github-event", "push")
-        .header("x-github-delivery", delivery)
-        .header("x-hub-signature-256", github_signature(GITHUB_SECRET, BODY))
-        .body(BODY.to_vec())
+    let url = format!("https://127.0.0.1:{}/hooks/github", addr.port());
+    github_request(client, &url, delivery, BODY)
         .send()
         .await
         .map(|r| r.status().as_u16())
@@ -245,91 +240,6 @@ async fn at_the_connection_cap_a_stalled_handshake_makes_room_for_a_real_client(
     app.shutdown().await;
 }
 
-// ------------------------------------------------------- real binary ---
-
-/// hookbox as a process, stopped when dropped.
-struct Binary {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-impl Binary {
-    /// Starts `hookbox serve` with TLS from `files`, polling off, and waits
-    /// for the admin listener's `/readyz`. A start that lost its picked
-    /// port to another socket is tried again.
-    async fn start(dir: &Path, files: &Files) -> Binary {
-        for attempt in 0..4 {
-            let (addr, admin) = (free_addr(), free_addr());
-            let config = dir.join("hookbox.toml");
-            std::fs::write(
-                &config,
-                format!(
-                    "[server]\nlisten = \"{addr}\"\nadmin_listen = \"{admin}\"\ndatabase = {:?}\n{}\n\
-                     [[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n",
-                    dir.join("hookbox.db").display().to_string(),
-                    files.server_lines("0s"),
-                ),
-            )
-            .unwrap();
-            let log = dir.join(format!("hookbox-{attempt}.log"));
-            let out = std::fs::File::create(&log).unwrap();
-            let child = Command::new(env!("CARGO_BIN_EXE_hookbox"))
-                .args(["serve", "--config"])
-                .arg(&config)
-                .env_remove("HOOKBOX_CONFIG")
-                .env_remove("RUST_LOG")
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().unwrap())
-                .stderr(out)
-                .spawn()
-                .unwrap();
-            let mut binary = Binary { child, addr, log };
-            let plain = reqwest::Client::new();
-            let deadline = Instant::now() + Duration::from_secs(15);
-            loop {
-                if binary.child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                let ready = plain.get(format!("http://{admin}/readyz")).send().await;
-                if ready.is_ok_and(|r| r.status() == 200) {
-                    return binary;
-                }
-                assert!(Instant::now() < deadline, "hookbox not ready within 15 s");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            let log = binary.log_text();
-            assert!(log.contains("binding the"), "hookbox exited:\n{log}");
-        }
-        panic!("hookbox could not bind after 4 tries");
-    }
-
-    fn signal(&self, signal: nix::sys::signal::Signal) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, signal).unwrap();
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
 #[tokio::test]
 async fn the_binary_reloads_its_certificate_on_sighup_and_keeps_the_old_one_when_the_new_is_bad() {
     use nix::sys::signal::Signal;
@@ -338,7 +248,10 @@ async fn the_binary_reloads_its_certificate_on_sighup_and_keeps_the_old_one_when
     let files = Files::new(dir.path());
     let (old_ca, new_ca) = (Ca::new("old test CA"), Ca::new("new test CA"));
     files.write(&old_ca.leaf(1));
-    let mut binary = Binary::start(dir.path(), &files).await;
+    // Polling off: only SIGHUP reloads.
+    let db = dir.path().join("hookbox.db");
+    let tls = files.server_lines("0s");
+    let mut binary = ChildServer::spawn_ready(dir.path(), &db, GITHUB_SOURCE, &tls, 0).await;
     let (old_client, new_client) = (old_ca.client(), new_ca.client());
     assert_eq!(post(&old_client, binary.addr, "hup-1").await.unwrap(), 202);
 
@@ -357,15 +270,15 @@ async fn the_binary_reloads_its_certificate_on_sighup_and_keeps_the_old_one_when
     std::fs::write(&files.key, "not a key\n").unwrap();
     binary.signal(Signal::SIGHUP);
     let deadline = Instant::now() + RELOAD_WITHIN;
-    while !binary.log_text().contains("not reloaded") {
+    while !binary.output().contains("not reloaded") {
         assert!(
             Instant::now() < deadline,
             "no reload error logged:\n{}",
-            binary.log_text()
+            binary.output()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let log = binary.log_text();
+    let log = binary.output();
     assert!(log.contains(&files.key.display().to_string()), "{log}");
     assert_eq!(post(&new_client, binary.addr, "hup-4").await.unwrap(), 202);
     assert!(
@@ -375,7 +288,7 @@ async fn the_binary_reloads_its_certificate_on_sighup_and_keeps_the_old_one_when
 
     binary.signal(Signal::SIGTERM);
     let status = binary.child.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "{}", binary.log_text());
+    assert_eq!(status.code(), Some(0), "{}", binary.output());
     let db = rusqlite::Connection::open(dir.path().join("hookbox.db")).unwrap();
     let stored: i64 = db
         .query_row(
