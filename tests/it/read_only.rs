@@ -264,18 +264,28 @@ async fn a_file_system_turned_read_only_under_the_server_gets_503s_and_a_loud_lo
     }
     assert!(server.running(), "hookbox crashed: {}", server.output());
     let output = server.output();
-    let loud: Vec<&str> = output
-        .lines()
-        .filter(|l| l.contains("ERROR") && l.contains("commit failed"))
-        .collect();
-    assert_eq!(
-        loud.len(),
-        1,
-        "one ERROR when commits start failing:\n{output}"
+    // A commit meets the read-only file system (503 until commits succeed
+    // again), or the syncer's fsync of the WAL does (503 until a restart:
+    // after a failed fsync, what the kernel kept of the WAL is unknown), or
+    // both, racing. Each says so once, not once per request.
+    let errors = |what: &str| -> Vec<&str> {
+        output
+            .lines()
+            .filter(|l| l.contains("ERROR") && l.contains(what))
+            .collect()
+    };
+    let (commit, fsync) = (errors("commit failed"), errors("fsync of the WAL failed"));
+    assert!(
+        commit.len() <= 1 && fsync.len() <= 1 && !(commit.is_empty() && fsync.is_empty()),
+        "one ERROR per way writes fail:\n{output}"
     );
+    let poisoned = !fsync.is_empty();
+    let loud = [commit, fsync].concat();
     eprintln!("the log says: {}", loud[0]);
     assert!(
-        loud[0].contains("readonly") || loud[0].contains("read-only") || loud[0].contains("I/O"),
+        ["readonly", "read-only", "i/o", "input/output"]
+            .iter()
+            .any(|cause| loud[0].to_lowercase().contains(cause)),
         "the ERROR names the cause: {}",
         loud[0]
     );
@@ -292,7 +302,7 @@ async fn a_file_system_turned_read_only_under_the_server_gets_503s_and_a_loud_lo
         fs.writable(),
         fs.options()
     );
-    if fs.writable() {
+    if fs.writable() && !poisoned {
         // A kernel that does let it go back: hookbox must take events again
         // without a restart (the commit is retried with each group).
         let deadline = Instant::now() + Duration::from_secs(10);
