@@ -81,13 +81,17 @@ fn free_dns_port() -> u16 {
 /// pebble and its DNS, with pebble's validations aimed at `tls_port`.
 struct Pebble {
     _dns: Process,
-    _pebble: Process,
+    pebble: Option<Process>,
     directory: String,
     /// The CA that signed pebble's own HTTPS certificate (for `directory_ca`).
     wfe_ca: PathBuf,
     /// The root pebble issues under, fetched from its management API.
-    root: reqwest::Certificate,
+    root: Option<reqwest::Certificate>,
     log: PathBuf,
+    config: PathBuf,
+    dns_port: u16,
+    management: SocketAddr,
+    trusting_wfe: reqwest::Client,
 }
 
 impl Pebble {
@@ -154,25 +158,47 @@ impl Pebble {
             "externalAccountBindingRequired": false,
         }});
         std::fs::write(dir.join("pebble.json"), config.to_string()).unwrap();
-        let log = dir.join("pebble.log");
-        let pebble = spawn(
+        let mut pebble = Pebble {
+            _dns: dns,
+            pebble: None,
+            directory: format!("https://localhost:{}/dir", wfe_addr.port()),
+            wfe_ca,
+            root: None,
+            log: dir.join("pebble.log"),
+            config: dir.join("pebble.json"),
+            dns_port,
+            management,
+            trusting_wfe: reqwest::Client::builder()
+                .tls_certs_only([reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap()])
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap(),
+        };
+        pebble.run().await;
+        pebble
+    }
+
+    /// Starts pebble (again: a restart forgets every account and makes a
+    /// new root, as a reset test CA would) and fetches its root.
+    async fn run(&mut self) {
+        self.pebble = None;
+        self.pebble = Some(spawn(
             Command::new("pebble")
                 .arg("-config")
-                .arg(dir.join("pebble.json"))
-                .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+                .arg(&self.config)
+                .args(["-dnsserver", &format!("127.0.0.1:{}", self.dns_port)])
                 .env("PEBBLE_VA_NOSLEEP", "1")
                 .env("PEBBLE_WFE_NONCEREJECT", "0"),
-            &log,
-        );
-        let trusting_wfe = reqwest::Client::builder()
-            .tls_certs_only([reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap()])
-            .timeout(Duration::from_secs(5))
-            .build()
-            .unwrap();
+            &self.log,
+        ));
         let deadline = Instant::now() + Duration::from_secs(20);
         let root = loop {
-            let got = trusting_wfe
-                .get(format!("https://localhost:{}/roots/0", management.port()))
+            let got = self
+                .trusting_wfe
+                .get(format!(
+                    "https://localhost:{}/roots/0",
+                    self.management.port()
+                ))
                 .send()
                 .await;
             if let Ok(response) = got
@@ -183,25 +209,18 @@ impl Pebble {
             assert!(
                 Instant::now() < deadline,
                 "pebble did not start:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
+                std::fs::read_to_string(&self.log).unwrap_or_default()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        Pebble {
-            _dns: dns,
-            _pebble: pebble,
-            directory: format!("https://localhost:{}/dir", wfe_addr.port()),
-            wfe_ca,
-            root: reqwest::Certificate::from_pem(&root).unwrap(),
-            log,
-        }
+        self.root = Some(reqwest::Certificate::from_pem(&root).unwrap());
     }
 
     /// A client that trusts pebble's root only and reaches `DOMAIN` at
     /// `addr`, with a new handshake per request.
     fn client(&self, addr: SocketAddr) -> reqwest::Client {
         reqwest::Client::builder()
-            .tls_certs_only([self.root.clone()])
+            .tls_certs_only(self.root.clone())
             .resolve(DOMAIN, addr)
             .tls_info(true)
             .pool_max_idle_per_host(0)
@@ -340,7 +359,7 @@ async fn hookbox_obtains_a_certificate_from_pebble_serves_it_and_renews_it_near_
     }
     let dir = tempfile::tempdir().unwrap();
     let addr = free_addr();
-    let pebble = Pebble::start(dir.path(), addr.port()).await;
+    let mut pebble = Pebble::start(dir.path(), addr.port()).await;
     let client = pebble.client(addr);
 
     // 1. No certificate yet: hookbox orders one, pebble validates over
@@ -410,6 +429,20 @@ async fn hookbox_obtains_a_certificate_from_pebble_serves_it_and_renews_it_near_
     let log = hookbox.log_text();
     assert!(log.contains("serving the cached ACME certificate"), "{log}");
     assert!(log.contains("ACME certificate obtained"), "{log}");
+    assert!(hookbox.stop().success());
+
+    // 4. The CA forgot the account (pebble restarted at the same address,
+    // as a reset test CA does): the order fails with accountDoesNotExist,
+    // hookbox registers a new account at once and renews.
+    pebble.run().await;
+    std::fs::write(cached(dir.path(), "key-"), key.serialize_pem()).unwrap();
+    std::fs::write(cached(dir.path(), "cert-"), expiring.pem()).unwrap();
+    let hookbox = Hookbox::start(dir.path(), addr, &pebble, 3);
+    let client = pebble.client(addr);
+    wait_for_trusted_cert(&client, addr, &hookbox, &pebble).await;
+    let log = hookbox.log_text();
+    assert!(log.contains("accountDoesNotExist"), "{log}");
+    assert!(log.contains("ACME account registered"), "{log}");
     assert!(hookbox.stop().success());
 }
 

@@ -62,6 +62,16 @@ impl Cache {
             .with_context(|| format!("writing {}", self.account.display()))
     }
 
+    /// Removes the account, so the next order registers a new one.
+    pub fn forget_account(&self) -> anyhow::Result<()> {
+        match std::fs::remove_file(&self.account) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", self.account.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The cached pair, if both files are there.
     pub fn load_cert(&self) -> anyhow::Result<Option<Pem>> {
         let (Some(chain), Some(key)) = (read_if_present(&self.cert)?, read_if_present(&self.key)?)

@@ -13,7 +13,9 @@
 //! `crate::server` closes such a connection after the handshake. A failed
 //! order is logged with the CA's reason and retried after 2 minutes,
 //! doubling up to an hour: Let's Encrypt allows five failed validations per
-//! domain an hour. Until the first certificate arrives, handshakes fail.
+//! domain an hour; an account the CA no longer knows is forgotten and a new
+//! one registered at once. Until the first certificate arrives, handshakes
+//! fail.
 
 mod cache;
 
@@ -47,6 +49,9 @@ const MAX_RETRY: Duration = Duration::from_secs(3600);
 /// Sleeps towards the renewal time are at most this long, so a wall clock
 /// that jumps (or a VM that was suspended) is noticed within the hour.
 const RECHECK: Duration = Duration::from_secs(3600);
+
+/// The problem type of an order from an account the CA does not know.
+const ACCOUNT_DOES_NOT_EXIST: &str = "urn:ietf:params:acme:error:accountDoesNotExist";
 
 /// When the served certificate was issued and when it expires (Unix s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,8 +145,23 @@ impl Acme {
                     );
                 }
                 Err(e) => {
+                    // Loaded again for the next try; and one the CA no
+                    // longer knows (a test CA reset, a deactivated account)
+                    // is registered anew, at once.
+                    self.account = None;
+                    let unknown_account = format!("{e:#}").contains(ACCOUNT_DOES_NOT_EXIST);
+                    if unknown_account && let Err(e) = self.cache.forget_account() {
+                        tracing::warn!(
+                            error = format!("{e:#}"),
+                            "cannot remove the cached ACME account"
+                        );
+                    }
                     failures = failures.saturating_add(1);
-                    let wait = retry_delay(failures);
+                    let wait = if unknown_account && failures == 1 {
+                        Duration::ZERO
+                    } else {
+                        retry_delay(failures)
+                    };
                     tracing::error!(
                         domains = ?self.config.domains,
                         directory = %self.config.directory,
