@@ -12,8 +12,9 @@
 #      $HOOKBOX_VM_DIR/rootfs (default /var/tmp/hookbox-vm, outside the git
 #      tree), once; later runs reuse it. It is never booted itself: each run
 #      boots a fresh copy, so every run starts from a never-booted Debian.
-#   3. Copies into that copy the binary, the unit, the README's install
-#      block (extracted from README.md, so the README is what is tested) and
+#   3. Copies into that copy the binary, the units, the README's install
+#      and socket activation blocks and its port 443 drop-in (extracted from
+#      README.md, so the README is what is tested) and
 #      systemd/vm-test-guest.sh, which a oneshot unit runs after boot.
 #   4. Boots it with qemu-system-x86_64 under TCG (software emulation):
 #      Debian's own kernel + initrd, the root as a raw ext4 image made with
@@ -24,6 +25,17 @@
 #   5. Prints PASS/FAIL per check and exits non-zero on any failure, or if the
 #      guest never reported.
 #
+# The guest checks (50; vm-test-guest.sh) cover the plain install (readiness,
+# signed deliveries, the CLI and the API, the state directory's owner and
+# modes, the watchdog, systemd-analyze security, restart and a clean stop),
+# then port 443 both ways README.md offers: systemd/hookbox.socket installed
+# by the README's "Socket activation" block (443 served with the unit as
+# shipped, PrivateUsers=yes and no capabilities; a delivery sent during a
+# restart, or to a stopped service, still gets 202; and systemd refusing to
+# start the socket while hookbox runs, why the block stops it first), and
+# the drop-in of the ACME setup's step 3 (CAP_NET_BIND_SERVICE), which binds
+# 443 only together with its PrivateUsers=no line.
+#
 # Why qemu and not systemd-nspawn --boot: nspawn was tried first, but in the
 # sandbox this was written in (a Firecracker VM with no systemd on the host,
 # cgroup v1, no CAP_SYS_RESOURCE) the container's systemd never printed a
@@ -31,7 +43,8 @@
 # guest kernel hangs after "Probing EDD"), so TCG it is; set HOOKBOX_VM_ACCEL=kvm
 # where KVM works. A full run there takes about 5 minutes: roughly 1 min to
 # boot, 1 min to set up, the rest the checks (one waits 45 s, longer than
-# WatchdogSec). The first run adds about 2 minutes of debootstrap.
+# WatchdogSec; the port 443 ones about 1.5 min). The first run adds about 2
+# minutes of debootstrap.
 #
 # Needs: root (debootstrap, and copying a root file system with its owners),
 # debootstrap, qemu-system-x86 and e2fsprogs (mkfs.ext4 -d), cargo.
@@ -105,6 +118,7 @@ mkdir -p "$payload/project/target/release" "$payload/project/systemd"
 # relative to it (target/release/hookbox, systemd/hookbox.service).
 install -m 0755 "$BIN" "$payload/project/target/release/hookbox"
 install -m 0644 systemd/hookbox.service "$payload/project/systemd/hookbox.service"
+install -m 0644 systemd/hookbox.socket "$payload/project/systemd/hookbox.socket"
 install -m 0755 systemd/vm-test-guest.sh "$payload/guest.sh"
 
 # The README's "Step by step, on Debian" block, as written, minus three
@@ -120,6 +134,27 @@ awk '/^Step by step, on Debian/ { want = 1; next }
 [[ -s $payload/readme-steps.sh ]] || die "could not find the systemd steps in README.md"
 say "README steps the guest runs:"
 sed 's/^/    /' "$payload/readme-steps.sh" >&2
+
+# Then, after the checks of the plain install: the README's "Socket
+# activation" block, as written, and the drop-in of the ACME setup's step 3
+# ("Let the service have port 443"), which the guest tries with and without
+# its PrivateUsers=no line.
+awk '/^\*\*Socket activation\*\*/ { want = 1; next }
+     want && /^```sh/ { inside = 1; next }
+     inside && /^```/ { exit }
+     inside' README.md >"$payload/readme-socket.sh"
+grep -q 'hookbox.socket' "$payload/readme-socket.sh" ||
+    die "could not find the socket activation steps in README.md"
+awk '/^3\. Let the service have port 443/ { want = 1; next }
+     want && /^ *```ini/ { inside = 1; next }
+     inside && /^ *```/ { exit }
+     inside' README.md | sed 's/^ *//' >"$payload/readme-port443.ini"
+grep -q '^AmbientCapabilities=CAP_NET_BIND_SERVICE' "$payload/readme-port443.ini" ||
+    die "could not find the port 443 drop-in (ACME step 3) in README.md"
+say "README socket activation steps the guest runs:"
+sed 's/^/    /' "$payload/readme-socket.sh" >&2
+say "README port 443 drop-in the guest tries:"
+sed 's/^/    /' "$payload/readme-port443.ini" >&2
 
 # The harness: a oneshot unit started once the system is up; its output goes
 # to the second serial port (ttyS1 = results.log on the host); it powers the
