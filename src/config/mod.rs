@@ -417,8 +417,55 @@ fn load_with(
 fn parse(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
     toml::from_str(text).map_err(|e| ConfigError {
         origin: origin.to_owned(),
-        problems: vec![e.to_string().trim_end().to_owned()],
+        problems: vec![toml_problem(text, &e)],
     })
+}
+
+/// A TOML error as `line L, column C: message`. toml's own rendering quotes
+/// the offending source line, and serde's message quotes a mistyped string
+/// (`secrets = "..."` instead of a list): either may hold a literal secret
+/// (found by the `config` fuzz target), so the line is left out and a
+/// quoted string is shown as `a string`.
+fn toml_problem(text: &str, e: &toml::de::Error) -> String {
+    let message = hide_quoted_strings(e.message().trim_end());
+    match e.span().and_then(|span| text.get(..span.start)) {
+        Some(before) => {
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+            format!("TOML parse error at line {line}, column {column}: {message}")
+        }
+        None => format!("TOML parse error: {message}"),
+    }
+}
+
+/// Replaces each `string "..."` (serde's rendering of an unexpected string,
+/// Debug-escaped) by `a string`.
+fn hide_quoted_strings(message: &str) -> String {
+    const QUOTED: &str = "string \"";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(QUOTED) {
+        out.push_str(&rest[..at]);
+        out.push_str("a string");
+        let tail = &rest[at + QUOTED.len()..];
+        let mut end = tail.len();
+        let mut chars = tail.char_indices();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Parses and validates TOML text.

@@ -394,3 +394,28 @@ fn debug_output_of_the_whole_config_never_shows_a_literal_secret() {
     let text = format!("{config:?}");
     assert!(!text.contains("super-secret-literal"), "{text}");
 }
+
+#[test]
+fn a_toml_error_shows_neither_the_source_line_nor_a_mistyped_secret() {
+    // Found by the `config` fuzz target: toml's message quoted the line
+    // (and serde the value) of a secret written as a string, not a list.
+    let source = "[[sources]]\nname = \"a\"\nkind = \"github\"\n";
+    for (rest, at) in [
+        ("secrets = \"hunter2-literal\"", "line 4, column 11"),
+        ("secrets = [\"hunter2-literal\", 5]", "line 4, column 31"),
+        (
+            "secrets = [\"x\"]\ndeliver = { url = \"https://u:hunter2@h/\", x = 1 }",
+            "line 5, column 43",
+        ),
+    ] {
+        let err = load_str(&format!("{source}{rest}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(err.contains(at), "{err}");
+    }
+    assert_eq!(
+        hide_quoted_strings(r#"invalid type: string "a\"b", expected a sequence"#),
+        "invalid type: a string, expected a sequence"
+    );
+}
