@@ -191,10 +191,10 @@ fn acme_config(acme: &RawAcme, database: &Path, problems: &mut Vec<String>) -> O
         (None, false) => LETS_ENCRYPT.to_owned(),
     };
     if let Some(ca) = &acme.directory_ca
-        && let Err(e) = std::fs::metadata(ca)
+        && let Err(why) = pem_certificates(ca)
     {
         problems.push(format!(
-            "server.tls.acme.directory_ca: {}: {e}",
+            "server.tls.acme.directory_ca: {}: {why}",
             ca.display()
         ));
     }
@@ -212,6 +212,20 @@ fn acme_config(acme: &RawAcme, database: &Path, problems: &mut Vec<String>) -> O
         directory_ca: acme.directory_ca.clone(),
         cache_dir,
     }))
+}
+
+/// Checks that `path` holds at least one PEM certificate.
+fn pem_certificates(path: &Path) -> Result<(), String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let pem = std::fs::read(path).map_err(|e| e.to_string())?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not PEM certificates ({e})"))?;
+    if certs.is_empty() {
+        return Err("no PEM certificate in the file".to_owned());
+    }
+    Ok(())
 }
 
 /// Why `name` cannot be in a TLS-ALPN-01 certificate, if it cannot.
@@ -295,9 +309,19 @@ mod tests {
                 "{expected} missing from:\n{problems}"
             );
         }
-        let problems = acme("[acme]\ndomains = []\ndirectory = \"http://x.example/d\"")
-            .unwrap_err()
-            .join("\n");
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "hello").unwrap();
+        let problems = acme(&format!(
+            "[acme]\ndomains = []\ndirectory = \"http://x.example/d\"\ndirectory_ca = {:?}",
+            not_pem.display().to_string()
+        ))
+        .unwrap_err()
+        .join("\n");
+        assert!(
+            problems.contains("no PEM certificate in the file"),
+            "{problems}"
+        );
         assert!(problems.contains("name at least one domain"), "{problems}");
         assert!(problems.contains("must be an https:// URL"), "{problems}");
     }

@@ -18,6 +18,7 @@
 //! fail.
 
 mod cache;
+mod http;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -145,11 +146,18 @@ impl Acme {
                     );
                 }
                 Err(e) => {
-                    // Loaded again for the next try; and one the CA no
-                    // longer knows (a test CA reset, a deactivated account)
-                    // is registered anew, at once.
-                    self.account = None;
-                    let unknown_account = format!("{e:#}").contains(ACCOUNT_DOES_NOT_EXIST);
+                    // An account the CA no longer knows (a test CA reset,
+                    // a deactivated account) is registered anew, at once.
+                    let unknown_account = e.chain().any(|cause| {
+                        matches!(
+                            cause.downcast_ref::<instant_acme::Error>(),
+                            Some(instant_acme::Error::Api(problem))
+                                if problem.r#type.as_deref() == Some(ACCOUNT_DOES_NOT_EXIST)
+                        )
+                    });
+                    if unknown_account {
+                        self.account = None;
+                    }
                     if unknown_account && let Err(e) = self.cache.forget_account() {
                         tracing::warn!(
                             error = format!("{e:#}"),
@@ -248,9 +256,17 @@ impl Acme {
         let pem = Pem { chain, key };
         let (pair, validity) =
             certified(&pem, &self.config.domains).context("the issued certificate")?;
-        self.cache.save_cert(&pem)?;
+        // Served first: a certificate the CA issued is not thrown away (and
+        // ordered again, against the CA's limits) because the cache cannot
+        // be written; only the next restart would miss it.
         self.store.set(pair);
         self.served = Some(validity);
+        if let Err(e) = self.cache.save_cert(&pem) {
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "cannot cache the ACME certificate; serving it anyway"
+            );
+        }
         Ok(validity)
     }
 
@@ -290,8 +306,13 @@ impl Acme {
                     .with_context(|| {
                         format!("registering an ACME account at {}", self.config.directory)
                     })?;
-                self.cache.save_account(&credentials)?;
                 tracing::info!(directory = %self.config.directory, "ACME account registered");
+                if let Err(e) = self.cache.save_account(&credentials) {
+                    tracing::warn!(
+                        error = format!("{e:#}"),
+                        "cannot cache the ACME account; a restart will register another"
+                    );
+                }
                 account
             }
         };
@@ -300,11 +321,8 @@ impl Acme {
     }
 
     fn builder(&self) -> anyhow::Result<AccountBuilder> {
-        match &self.config.directory_ca {
-            Some(ca) => Account::builder_with_root(ca)
-                .with_context(|| format!("loading directory_ca {}", ca.display())),
-            None => Account::builder().context("loading the system's root certificates"),
-        }
+        let client = http::Client::new(self.config.directory_ca.as_deref())?;
+        Ok(Account::builder_with_http(Box::new(client)))
     }
 }
 
