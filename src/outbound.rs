@@ -1,8 +1,9 @@
 //! The HTTP client settings every outbound request shares: deliveries to
-//! url destinations, catch-up's provider APIs and the named IP sets.
+//! url destinations, catch-up's provider APIs, the named IP sets and ACME.
 //!
 //! None follows a redirect (a token or a signed body must not travel to
-//! wherever a `Location` points), each names itself `hookbox/<version>`,
+//! wherever a `Location` points; the public IP lists alone opt back in),
+//! each names itself `hookbox/<version>`,
 //! and each trusts the system's CA certificates. A system with none (a
 //! minimal VM or image without Debian's `ca-certificates`) used to make
 //! start-up fail right after READY, in a restart loop; hookbox then falls

@@ -72,6 +72,15 @@ pub struct Dispatcher {
     lease: Duration,
 }
 
+/// `lane`'s part of a claim, taking up to `limit` events.
+fn claim_from(name: &str, lane: &Lane, limit: usize) -> ClaimFrom {
+    ClaimFrom {
+        source: name.to_owned(),
+        limit,
+        max_delay_ms: i64::try_from(lane.config.backoff_cap.as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
 impl Dispatcher {
     /// A dispatcher for every source with a destination; `None` when no
     /// source has one.
@@ -126,7 +135,7 @@ impl Dispatcher {
         loop {
             self.start_queued(&mut tasks, &mut running);
             let now = clock::now_ms();
-            let wanted = self.wanted();
+            let mut wanted = self.wanted();
             let can_claim = claim.is_none() && !wanted.is_empty();
             if can_claim && next_due.is_some_and(|due| due <= now) {
                 let writer = self.writer.clone();
@@ -137,6 +146,12 @@ impl Dispatcher {
                         by_ms = last_claim_at - now,
                         "the wall clock went backwards; bringing retries and leases scheduled under it within reach"
                     );
+                    // Every lane's leases, not only those of lanes with room.
+                    for (name, lane) in &self.lanes {
+                        if !wanted.iter().any(|w| &w.source == name) {
+                            wanted.push(claim_from(name, lane, 0));
+                        }
+                    }
                 }
                 last_claim_at = now;
                 claim = Some(Box::pin(async move {
@@ -192,11 +207,7 @@ impl Dispatcher {
         self.lanes
             .iter()
             .filter(|(_, l)| l.queued.len() <= l.config.concurrency * PREFETCH / 2 && l.room() > 0)
-            .map(|(name, l)| ClaimFrom {
-                source: name.clone(),
-                limit: l.room(),
-                max_delay_ms: i64::try_from(l.config.backoff_cap.as_millis()).unwrap_or(i64::MAX),
-            })
+            .map(|(name, l)| claim_from(name, l, l.room()))
             .collect()
     }
 

@@ -195,7 +195,6 @@ pub fn insert_alone(conn: &mut Connection, event: &NewEvent) -> anyhow::Result<I
     Ok(inserted)
 }
 
-/// When the last run that read its whole window started (unix ms).
 /// Who holds the lock `name` now, if anyone (expired or not).
 pub fn lock_holder(conn: &Connection, name: &str) -> anyhow::Result<Option<String>> {
     conn.prepare_cached("SELECT holder FROM job_locks WHERE name = ?1")?
@@ -204,6 +203,7 @@ pub fn lock_holder(conn: &Connection, name: &str) -> anyhow::Result<Option<Strin
         .context("reading a job lock")
 }
 
+/// When the last run that read its whole window started (unix ms).
 pub fn last_success(conn: &Connection, source: &str, job: &str) -> anyhow::Result<Option<i64>> {
     conn.prepare_cached("SELECT last_success_at FROM catchup_state WHERE source = ?1 AND job = ?2")?
         .query_row(params![source, job], |r| r.get(0))

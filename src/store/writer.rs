@@ -420,7 +420,7 @@ impl Writer {
             return;
         }
         let started = Instant::now();
-        let applied = self.apply(batch);
+        let applied = apply_group(&mut self.conn, batch);
         self.helpers.metrics.batch_size.observe(batch.len() as f64);
         self.helpers
             .metrics
@@ -461,10 +461,6 @@ impl Writer {
                 }
             }
         }
-    }
-
-    fn apply(&mut self, batch: &[WriteCmd]) -> anyhow::Result<Vec<anyhow::Result<Applied>>> {
-        apply_group(&mut self.conn, batch)
     }
 
     /// Logs a failed commit: at once when commits start failing, then at
