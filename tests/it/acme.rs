@@ -22,7 +22,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
 
-use crate::helpers::{ADMIN_TOKEN, GITHUB_SECRET, free_addr, github_signature};
+use crate::helpers::{ADMIN_TOKEN, GITHUB_SECRET, free_addr, github_request};
 
 const DOMAIN: &str = "hooks.example.test";
 /// An order against pebble without sleeps takes about a second.
@@ -375,13 +375,8 @@ async fn hookbox_obtains_a_certificate_from_pebble_serves_it_and_renews_it_near_
 
     // A signed delivery over that HTTPS connection is stored.
     let body = br#"{"zen":"Speak like a human."}"#;
-    let response = client
-        .post(format!("https://{DOMAIN}:{}/hooks/github", addr.port()))
-        .header("X-GitHub-Delivery", "acme-1")
-        .header("X-GitHub-Event", "ping")
-        .header("X-Hub-Signature-256", github_signature(GITHUB_SECRET, body))
-        .header("Content-Type", "application/json")
-        .body(body.to_vec())
+    let url = format!("https://{DOMAIN}:{}/hooks/github", addr.port());
+    let response = github_request(&client, &url, "acme-1", body)
         .send()
         .await
         .unwrap();

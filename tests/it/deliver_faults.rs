@@ -245,7 +245,7 @@ async fn without_system_ca_certificates_hookbox_warns_uses_its_own_roots_and_del
     let db = dir.path().join("hookbox.db");
     // rustls-native-certs reads only these when they are set: a system
     // with no CA certificates, as a minimal Debian without ca-certificates.
-    let server = ChildServer::spawn_ready_with_env(
+    let server = ChildServer::spawn_ready_with(
         dir.path(),
         &db,
         &deliver_source("github", &url_destination(&down.url()), "5s", 3),
@@ -255,6 +255,7 @@ async fn without_system_ca_certificates_hookbox_warns_uses_its_own_roots_and_del
             ("SSL_CERT_FILE", "/dev/null"),
             ("SSL_CERT_DIR", "/nonexistent"),
         ],
+        |_| {},
     )
     .await;
     post_event(

@@ -211,26 +211,14 @@ impl ChildServer {
         server_extra: &str,
         run: usize,
     ) -> ChildServer {
-        Self::spawn_ready_announcing(dir, database, sources, server_extra, run, &[], |_| {}).await
+        Self::spawn_ready_with(dir, database, sources, server_extra, run, &[], |_| {}).await
     }
 
     /// [`ChildServer::spawn_ready`] with `env` set in the process's
-    /// environment.
-    pub async fn spawn_ready_with_env(
-        dir: &std::path::Path,
-        database: &std::path::Path,
-        sources: &str,
-        server_extra: &str,
-        run: usize,
-        env: &[(&str, &str)],
-    ) -> ChildServer {
-        Self::spawn_ready_announcing(dir, database, sources, server_extra, run, env, |_| {}).await
-    }
-
-    /// [`ChildServer::spawn_ready`], telling `announce` the public address
-    /// before the process starts (a fake provider that calls hookbox back
-    /// must know it before hookbox's start-up catch-up asks it).
-    pub async fn spawn_ready_announcing(
+    /// environment, telling `announce` the public address before the
+    /// process starts (a fake provider that calls hookbox back must know it
+    /// before hookbox's start-up catch-up asks it).
+    pub async fn spawn_ready_with(
         dir: &std::path::Path,
         database: &std::path::Path,
         sources: &str,

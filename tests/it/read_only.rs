@@ -153,15 +153,7 @@ async fn a_file_system_turned_read_only_under_the_server_gets_503s_and_a_loud_lo
             let url = hooks.clone();
             async move {
                 let body = format!(r#"{{"delivery":"{delivery}"}}"#);
-                let r = client
-                    .post(url)
-                    .header("x-github-event", "push")
-                    .header("x-github-delivery", &delivery)
-                    .header(
-                        "x-hub-signature-256",
-                        github_signature(GITHUB_SECRET, body.as_bytes()),
-                    )
-                    .body(body)
+                let r = github_request(&client, &url, &delivery, body.as_bytes())
                     .send()
                     .await
                     .unwrap();
@@ -349,15 +341,7 @@ async fn a_file_system_turned_read_only_under_the_server_gets_503s_and_a_loud_lo
             .unwrap();
         assert_eq!(n, 1, "{delivery} was acknowledged");
     }
-    let r = client
-        .post(server.url("/hooks/github"))
-        .header("x-github-event", "push")
-        .header("x-github-delivery", "after-repair")
-        .header(
-            "x-hub-signature-256",
-            github_signature(GITHUB_SECRET, b"{}"),
-        )
-        .body("{}")
+    let r = github_request(&client, &server.url("/hooks/github"), "after-repair", b"{}")
         .send()
         .await
         .unwrap();

@@ -235,7 +235,7 @@ async fn soak_kill_9_at_random_moments_under_ingest_dispatch_and_catch_up_loses_
 /// Starts hookbox, the fake GitHub redelivering to it from the start (its
 /// start-up catch-up pass may ask at once).
 async fn spawn(dir: &Path, db: &Path, sources: &str, run: usize, fake: &Fake) -> ChildServer {
-    ChildServer::spawn_ready_announcing(dir, db, sources, "", run, &[], |addr| {
+    ChildServer::spawn_ready_with(dir, db, sources, "", run, &[], |addr| {
         fake.redeliver_to(format!("http://{addr}/hooks/github"), GITHUB_SECRET)
     })
     .await

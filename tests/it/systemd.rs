@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{GITHUB_SECRET, github_signature};
+use crate::helpers::{GITHUB_SECRET, github_request};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -320,12 +320,8 @@ async fn sockets_passed_by_systemd_socket_activation_are_served_in_place_of_bind
     let body = br#"{"zen":"Half measures are as bad as nothing at all."}"#;
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
-        let sent = client
-            .post(format!("http://127.0.0.1:{public}/hooks/github"))
-            .header("X-GitHub-Delivery", "activated-1")
-            .header("X-GitHub-Event", "ping")
-            .header("X-Hub-Signature-256", github_signature(GITHUB_SECRET, body))
-            .body(body.to_vec())
+        let url = format!("http://127.0.0.1:{public}/hooks/github");
+        let sent = github_request(&client, &url, "activated-1", body)
             .send()
             .await;
         match sent {
