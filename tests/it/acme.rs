@@ -441,8 +441,23 @@ async fn hookbox_obtains_a_certificate_from_pebble_serves_it_and_renews_it_near_
     assert!(hookbox.stop().success());
 }
 
+/// Waits until hookbox's log has `what`; returns the log.
+async fn wait_for_log(hookbox: &Hookbox, what: &str) -> String {
+    let deadline = Instant::now() + OBTAIN_WITHIN;
+    loop {
+        let log = hookbox.log_text();
+        if log.contains(what) {
+            return log;
+        }
+        assert!(Instant::now() < deadline, "no {what:?} logged:\n{log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
-async fn a_failed_order_is_logged_with_the_reason_and_the_listener_stays_up() {
+async fn a_failed_order_is_logged_with_the_reason_and_its_backoff_outlives_a_restart() {
+    use std::os::unix::fs::PermissionsExt as _;
+
     if !pebble_installed() {
         return;
     }
@@ -451,16 +466,10 @@ async fn a_failed_order_is_logged_with_the_reason_and_the_listener_stays_up() {
     // Pebble validates on a port where nothing listens: the challenge
     // cannot be answered.
     let pebble = Pebble::start(dir.path(), free_addr().port()).await;
+    let started = Instant::now();
     let hookbox = Hookbox::start(dir.path(), addr, &pebble, 0);
-    let deadline = Instant::now() + OBTAIN_WITHIN;
-    let log = loop {
-        let log = hookbox.log_text();
-        if log.contains("ACME order failed") {
-            break log;
-        }
-        assert!(Instant::now() < deadline, "no failure logged:\n{log}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let log = wait_for_log(&hookbox, "ACME order failed").await;
+    let failed_within = started.elapsed();
     // The CA's own reason, as pebble gave it.
     assert!(log.contains("waiting for the CA to validate"), "{log}");
     assert!(log.contains("urn:ietf:params:acme:error:"), "{log}");
@@ -475,5 +484,25 @@ async fn a_failed_order_is_logged_with_the_reason_and_the_listener_stays_up() {
             .await
             .is_err()
     );
+    let backoff = cached(dir.path(), "backoff-");
+    let mode = std::fs::metadata(&backoff).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", backoff.display());
+    assert!(hookbox.stop().success());
+
+    // A restart keeps waiting: no order for at least as long as the first
+    // one took to fail (and would, for two minutes).
+    let hookbox = Hookbox::start(dir.path(), addr, &pebble, 1);
+    wait_for_log(&hookbox, "ACME orders failed before this start").await;
+    tokio::time::sleep(failed_within + Duration::from_secs(1)).await;
+    let log = hookbox.log_text();
+    assert!(log.contains("failures=1"), "{log}");
+    assert!(!log.contains("ACME order failed"), "ordered again:\n{log}");
+    assert!(hookbox.stop().success());
+
+    // Removing the record, as the log says, orders at once.
+    std::fs::remove_file(&backoff).unwrap();
+    let hookbox = Hookbox::start(dir.path(), addr, &pebble, 2);
+    let log = wait_for_log(&hookbox, "ACME order failed").await;
+    assert!(log.contains("retry_in=120s"), "{log}");
     assert!(hookbox.stop().success());
 }

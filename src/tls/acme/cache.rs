@@ -4,13 +4,15 @@
 //!
 //! Layout under `cache_dir` (0700), `<id>` being the first 16 hex digits of
 //! the SHA-256 of the directory URL:
-//! `account-<id>.json`, `cert-<id>.pem` (the chain, leaf first) and
-//! `key-<id>.pem`, each 0600 and replaced atomically.
+//! `account-<id>.json`, `cert-<id>.pem` (the chain, leaf first),
+//! `key-<id>.pem` and, while orders fail, `backoff-<id>.json`, each 0600
+//! and replaced atomically.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use instant_acme::AccountCredentials;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::private_file;
@@ -19,6 +21,19 @@ pub struct Cache {
     account: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    backoff: PathBuf,
+}
+
+/// Orders that failed in a row, kept across restarts so a service that
+/// restarts (or crash-loops) does not order at every start and spend the
+/// CA's failed-validation limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    pub failures: u32,
+    /// No order before this (Unix s).
+    pub retry_at: i64,
+    /// The domains that failed: another list is a new start.
+    pub domains: Vec<String>,
 }
 
 /// A certificate chain and its key, as PEM.
@@ -36,7 +51,12 @@ impl Cache {
             account: dir.join(format!("account-{id}.json")),
             cert: dir.join(format!("cert-{id}.pem")),
             key: dir.join(format!("key-{id}.pem")),
+            backoff: dir.join(format!("backoff-{id}.json")),
         })
+    }
+
+    pub fn backoff_path(&self) -> &Path {
+        &self.backoff
     }
 
     pub fn cert_path(&self) -> &Path {
@@ -64,12 +84,7 @@ impl Cache {
 
     /// Removes the account, so the next order registers a new one.
     pub fn forget_account(&self) -> anyhow::Result<()> {
-        match std::fs::remove_file(&self.account) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(e).with_context(|| format!("removing {}", self.account.display()))
-            }
-            _ => Ok(()),
-        }
+        remove_if_present(&self.account)
     }
 
     /// The cached pair, if both files are there.
@@ -93,6 +108,36 @@ impl Cache {
             .with_context(|| format!("writing {}", self.key.display()))?;
         private_file::write(&self.cert, pem.chain.as_bytes())
             .with_context(|| format!("writing {}", self.cert.display()))
+    }
+
+    /// The failures recorded for `domains`; none if they were for another
+    /// list.
+    pub fn load_backoff(&self, domains: &[String]) -> anyhow::Result<Option<Backoff>> {
+        let Some(bytes) = read_if_present(&self.backoff)? else {
+            return Ok(None);
+        };
+        let backoff: Backoff = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{}: not an ACME backoff record", self.backoff.display()))?;
+        Ok(Some(backoff).filter(|b| b.domains == domains))
+    }
+
+    pub fn save_backoff(&self, backoff: &Backoff) -> anyhow::Result<()> {
+        let json = serde_json::to_vec(backoff).context("encoding the ACME backoff")?;
+        private_file::write(&self.backoff, &json)
+            .with_context(|| format!("writing {}", self.backoff.display()))
+    }
+
+    pub fn clear_backoff(&self) -> anyhow::Result<()> {
+        remove_if_present(&self.backoff)
+    }
+}
+
+fn remove_if_present(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -13,9 +13,10 @@
 //! `crate::server` closes such a connection after the handshake. A failed
 //! order is logged with the CA's reason and retried after 2 minutes,
 //! doubling up to an hour: Let's Encrypt allows five failed validations per
-//! domain an hour; an account the CA no longer knows is forgotten and a new
-//! one registered at once. Until the first certificate arrives, handshakes
-//! fail.
+//! domain an hour. The count and the next attempt are kept in the cache,
+//! so restarting does not start over. An account the CA no longer knows is
+//! forgotten and a new one registered at once. Until the first certificate
+//! arrives, handshakes fail.
 
 mod cache;
 mod http;
@@ -37,7 +38,7 @@ use x509_parser::extensions::GeneralName;
 
 use super::{CertStore, provider};
 use crate::config::AcmeConfig;
-use cache::{Cache, Pem};
+use cache::{Backoff, Cache, Pem};
 
 /// A whole order, from registering to downloading, gets this long.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
@@ -120,9 +121,9 @@ impl Acme {
 
     /// Orders when due, until `shutdown`.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut failures = 0u32;
+        let mut backoff = self.recorded_backoff();
         loop {
-            let due_in = self.due_in();
+            let due_in = self.due_in().max(backoff_wait(&backoff, unix_now()));
             if !due_in.is_zero() {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -137,7 +138,15 @@ impl Acme {
             };
             match outcome {
                 Ok(validity) => {
-                    failures = 0;
+                    if backoff.failures > 0 {
+                        backoff = Backoff::default();
+                        if let Err(e) = self.cache.clear_backoff() {
+                            tracing::warn!(
+                                error = format!("{e:#}"),
+                                "cannot clear the ACME backoff"
+                            );
+                        }
+                    }
                     tracing::info!(
                         domains = ?self.config.domains,
                         expires = %timestamp(validity.not_after),
@@ -164,12 +173,20 @@ impl Acme {
                             "cannot remove the cached ACME account"
                         );
                     }
-                    failures = failures.saturating_add(1);
-                    let wait = if unknown_account && failures == 1 {
+                    backoff.failures = backoff.failures.saturating_add(1);
+                    let wait = if unknown_account && backoff.failures == 1 {
                         Duration::ZERO
                     } else {
-                        retry_delay(failures)
+                        retry_delay(backoff.failures)
                     };
+                    backoff.retry_at = unix_now().saturating_add_unsigned(wait.as_secs());
+                    backoff.domains.clone_from(&self.config.domains);
+                    if let Err(e) = self.cache.save_backoff(&backoff) {
+                        tracing::warn!(
+                            error = format!("{e:#}"),
+                            "cannot record the ACME backoff; a restart will order at once"
+                        );
+                    }
                     tracing::error!(
                         domains = ?self.config.domains,
                         directory = %self.config.directory,
@@ -177,11 +194,29 @@ impl Acme {
                         retry_in = ?wait,
                         "ACME order failed"
                     );
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(wait) => {}
-                    }
                 }
+            }
+        }
+    }
+
+    /// The failures recorded by earlier runs, so a restart keeps waiting
+    /// rather than ordering again at once.
+    fn recorded_backoff(&self) -> Backoff {
+        match self.cache.load_backoff(&self.config.domains) {
+            Ok(Some(backoff)) => {
+                tracing::warn!(
+                    failures = backoff.failures,
+                    next_order = %timestamp(backoff.retry_at),
+                    backoff = %self.cache.backoff_path().display(),
+                    "ACME orders failed before this start; the next one waits its turn \
+                     (remove the backoff file and restart to order at once)"
+                );
+                backoff
+            }
+            Ok(None) => Backoff::default(),
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "ignoring the ACME backoff record");
+                Backoff::default()
             }
         }
     }
@@ -190,14 +225,7 @@ impl Acme {
         let Some(validity) = self.served else {
             return Duration::ZERO;
         };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        Duration::from_secs(
-            u64::try_from(validity.renew_at())
-                .unwrap_or(0)
-                .saturating_sub(now),
-        )
+        seconds_until(validity.renew_at(), unix_now())
     }
 
     /// One order, start to finish; on success the new pair is cached and
@@ -421,6 +449,22 @@ fn certified(pem: &Pem, domains: &[String]) -> anyhow::Result<(CertifiedKey, Val
     Ok((pair, validity))
 }
 
+/// How long `backoff` still holds orders back. Never more than the longest
+/// retry: a wall clock set back must not stretch it.
+fn backoff_wait(backoff: &Backoff, now: i64) -> Duration {
+    seconds_until(backoff.retry_at, now).min(MAX_RETRY)
+}
+
+fn seconds_until(at: i64, now: i64) -> Duration {
+    Duration::from_secs(u64::try_from(at.saturating_sub(now)).unwrap_or(0))
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 fn retry_delay(failures: u32) -> Duration {
     FIRST_RETRY
         .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1)))
@@ -490,6 +534,40 @@ mod tests {
         assert_eq!(delays[5], MAX_RETRY);
         assert_eq!(delays[7], MAX_RETRY);
         assert_eq!(retry_delay(u32::MAX), MAX_RETRY);
+    }
+
+    #[test]
+    fn a_recorded_backoff_holds_orders_until_its_time_and_never_past_the_longest_retry() {
+        let backoff = Backoff {
+            failures: 3,
+            retry_at: 1_000,
+            domains: vec!["a.example".to_owned()],
+        };
+        assert_eq!(backoff_wait(&backoff, 880), Duration::from_secs(120));
+        assert_eq!(backoff_wait(&backoff, 1_000), Duration::ZERO);
+        assert_eq!(backoff_wait(&backoff, 5_000), Duration::ZERO);
+        // The clock went back a day after the failure was recorded.
+        assert_eq!(backoff_wait(&backoff, 1_000 - 86_400), MAX_RETRY);
+        assert_eq!(backoff_wait(&Backoff::default(), 1_000), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_backoff_recorded_for_other_domains_is_not_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), "https://ca.example/dir").unwrap();
+        let domains = vec!["a.example".to_owned()];
+        assert_eq!(cache.load_backoff(&domains).unwrap(), None);
+        let backoff = Backoff {
+            failures: 2,
+            retry_at: 1_234,
+            domains: domains.clone(),
+        };
+        cache.save_backoff(&backoff).unwrap();
+        assert_eq!(cache.load_backoff(&domains).unwrap(), Some(backoff));
+        assert_eq!(cache.load_backoff(&["b.example".to_owned()]).unwrap(), None);
+        cache.clear_backoff().unwrap();
+        cache.clear_backoff().unwrap();
+        assert_eq!(cache.load_backoff(&domains).unwrap(), None);
     }
 
     #[test]
