@@ -11,7 +11,7 @@ use hookbox::app::App;
 use hookbox::config::{self, Config};
 use hookbox::store::dispatch::{self, ReplayFilter};
 use hookbox::store::listing::{self, ListFilter};
-use hookbox::store::{backup, retention};
+use hookbox::store::{backup, queries, retention};
 use hookbox::telemetry::{self, LogFormat};
 
 #[derive(Parser)]
@@ -216,12 +216,18 @@ fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::R
     let conn = hookbox::store::open_for_cli(&config.server.database)?;
     let filter = match id {
         Some(id) => {
-            let source = dispatch::event_source(&conn, id)?
-                .ok_or_else(|| anyhow::anyhow!("no event {id}"))?;
+            let event =
+                queries::event_state(&conn, id)?.ok_or_else(|| anyhow::anyhow!("no event {id}"))?;
             anyhow::ensure!(
-                config.source(&source).is_some_and(|s| s.deliver.is_some()),
-                "event {id} belongs to source {source:?}, which has no destination in this config"
+                config
+                    .source(&event.source)
+                    .is_some_and(|s| s.deliver.is_some()),
+                "event {id} belongs to source {:?}, which has no destination in this config",
+                event.source
             );
+            if let Some((_, message)) = event.not_replayable(id) {
+                anyhow::bail!(message);
+            }
             ReplayFilter {
                 id: Some(id),
                 ..ReplayFilter::default()

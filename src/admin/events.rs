@@ -186,22 +186,25 @@ pub async fn replay_one(
 }
 
 /// Puts event `id` back to pending (the API's and the dashboard's replay
-/// button): 404 when unknown, 409 when it is already pending or its source
-/// has no destination.
+/// button): 404 when unknown, 409 when it is already pending, its source
+/// has no destination or retention dropped its body.
 pub(super) async fn replay_event(st: &AdminState, id: i64) -> Result<usize, ApiError> {
-    let (source, state) = st
+    let event = st
         .store
         .read(move |c| queries::event_state(c, id))
         .await?
         .ok_or(ApiError::NotFound("unknown_event"))?;
-    if !st.delivers(&source) {
+    if !st.delivers(&event.source) {
         return Err(ApiError::conflict(
             "no_destination",
-            format!("source {source:?} has no destination in this config"),
+            format!(
+                "source {:?} has no destination in this config",
+                event.source
+            ),
         ));
     }
-    if !matches!(state.as_str(), "dead" | "delivered") {
-        return Err(not_replayable(id, &state));
+    if let Some((reason, message)) = event.not_replayable(id) {
+        return Err(ApiError::conflict(reason, message));
     }
     let filter = ReplayFilter {
         id: Some(id),
@@ -210,21 +213,12 @@ pub(super) async fn replay_event(st: &AdminState, id: i64) -> Result<usize, ApiE
     let n = replay(st, filter).await?;
     if n == 0 {
         // It moved (to pending, by another replay) since we looked.
-        return Err(not_replayable(id, "pending"));
+        return Err(ApiError::conflict(
+            "already_pending",
+            format!("event {id} is pending; only dead and delivered events can be replayed"),
+        ));
     }
     Ok(n)
-}
-
-fn not_replayable(id: i64, state: &str) -> ApiError {
-    let reason = if state == "pending" {
-        "already_pending"
-    } else {
-        "not_replayable"
-    };
-    ApiError::conflict(
-        reason,
-        format!("event {id} is {state}; only dead and delivered events can be replayed"),
-    )
 }
 
 /// `POST /api/replay` body.

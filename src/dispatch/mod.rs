@@ -8,10 +8,9 @@
 //! never touch the database: they return an [`Attempt`] and the caller
 //! records it.
 //!
-//! Still to come (issue 3, "Deliver"): the writer claiming due rows under a
-//! lease, the dispatcher loop with its per-source concurrency limit and
-//! per-key ordering, turning outcomes into state (`delivered`, `pending` with
-//! `next_attempt_at`, `dead` after `max_attempts`), and replay.
+//! The loop that claims due events and runs these attempts within each
+//! source's concurrency limit is [`worker`]; claiming, per-key ordering,
+//! settling and replay are SQL, in `crate::store::dispatch`.
 
 pub mod backoff;
 pub mod command;

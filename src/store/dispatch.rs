@@ -7,8 +7,11 @@
 //!
 //! Ordering lives in the claim query: an event with an `order_key` is
 //! claimable only when no older *pending* event of its source shares the
-//! key. A retrying event is still pending, so it holds its key's later
-//! events back; a dead or delivered one is not, so it does not.
+//! key, and no event of the key is in flight. A retrying event is still
+//! pending, so it holds its key's later events back; a dead or delivered
+//! one is not, so it does not. A replayed event is older than the events
+//! of its key that went on without it, so it waits for the one in flight
+//! (if any) and then goes first.
 
 use anyhow::Context;
 use rusqlite::{Connection, params};
@@ -38,8 +41,9 @@ pub struct ClaimFrom {
     pub max_delay_ms: i64,
 }
 
-/// Pending events of source `?1` that no lease holds at time `?2` and no
-/// older pending event of their key holds back: what may go next, once due.
+/// Pending events of source `?1` that no lease holds at time `?2` and that
+/// no older pending event of their key, nor one of their key in flight,
+/// holds back: what may go next, once due.
 const HEADS: &str = "
     FROM events AS e
     WHERE e.state = 'pending' AND e.source = ?1
@@ -47,7 +51,8 @@ const HEADS: &str = "
       AND (e.order_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM events AS p
             WHERE p.state = 'pending' AND p.source = e.source
-              AND p.order_key = e.order_key AND p.id < e.id))";
+              AND p.order_key = e.order_key AND p.id <> e.id
+              AND (p.id < e.id OR p.lease_until > ?2)))";
 
 /// [`HEADS`] that are due at `?2`.
 fn claimable() -> String {
@@ -221,16 +226,6 @@ pub fn release_all(conn: &Connection) -> anyhow::Result<usize> {
     .context("clearing leases left by the previous run")
 }
 
-/// The source an event belongs to, if the event exists.
-pub fn event_source(conn: &Connection, id: i64) -> anyhow::Result<Option<String>> {
-    let mut stmt = conn.prepare_cached("SELECT source FROM events WHERE id = ?1")?;
-    let mut rows = stmt.query([id])?;
-    Ok(match rows.next()? {
-        Some(row) => Some(row.get(0)?),
-        None => None,
-    })
-}
-
 /// What replay should pick up.
 #[derive(Debug, Clone, Default)]
 pub struct ReplayFilter {
@@ -246,13 +241,14 @@ pub struct ReplayFilter {
 
 /// Puts matching events back to `pending`, attempts reset, due now. Only
 /// `dead` and `delivered` events move: a pending one is already queued and
-/// a `stored` one has no destination. Never creates a row. Returns how many
-/// events were reset.
+/// a `stored` one has no destination; and only with their body, since one
+/// that retention emptied can no longer be delivered as it was received.
+/// Never creates a row. Returns how many events were reset.
 pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Result<usize> {
     conn.prepare_cached(
         "UPDATE events SET state = 'pending', attempts = 0, next_attempt_at = ?4,
                            lease_until = NULL, last_error = NULL, delivered_at = NULL
-         WHERE state IN ('dead', 'delivered')
+         WHERE state IN ('dead', 'delivered') AND body IS NOT NULL
            AND (?1 IS NULL OR id = ?1)
            AND (?2 IS NULL OR source = ?2)
            AND (?3 IS NULL OR state = ?3)
@@ -354,6 +350,55 @@ mod tests {
         assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a1]);
         record(&conn, &dead, 500).unwrap();
         assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a2]);
+    }
+
+    #[test]
+    fn a_replayed_event_waits_for_the_event_of_its_key_in_flight_then_goes_first() {
+        let conn = db();
+        let a1 = add(&conn, "a1", Some("A"), 10);
+        let a2 = add(&conn, "a2", Some("A"), 10);
+        let a3 = add(&conn, "a3", Some("A"), 10);
+        assert_eq!(ids(&claim(&conn, "s", 10, 100, 1000).unwrap()), vec![a1]);
+        let settle = |id, attempt, settled, now| {
+            let r = AttemptRecord {
+                event_id: id,
+                attempt,
+                started_at: now,
+                duration_ms: 1,
+                settled,
+                status: None,
+                error: None,
+            };
+            record(&conn, &r, now).unwrap();
+        };
+        settle(a1, 1, Settled::Dead, 100);
+        assert_eq!(ids(&claim(&conn, "s", 10, 100, 1000).unwrap()), vec![a2]);
+        // a1 replayed while a2 is in flight: neither it nor a3 may go.
+        let filter = ReplayFilter {
+            id: Some(a1),
+            ..ReplayFilter::default()
+        };
+        assert_eq!(replay(&conn, &filter, 200).unwrap(), 1);
+        assert!(claim(&conn, "s", 10, 200, 1000).unwrap().is_empty());
+        // The lease runs out (a crashed dispatcher): a1, being older, goes.
+        assert_eq!(ids(&claim(&conn, "s", 10, 1000, 2000).unwrap()), vec![a1]);
+        settle(a1, 1, Settled::Delivered, 1000);
+        settle(a2, 1, Settled::Delivered, 1000);
+        assert_eq!(ids(&claim(&conn, "s", 10, 1000, 2000).unwrap()), vec![a3]);
+    }
+
+    #[test]
+    fn an_event_whose_body_retention_dropped_is_not_replayed() {
+        let conn = db();
+        let kept = add(&conn, "kept", None, 10);
+        let emptied = add(&conn, "emptied", None, 10);
+        conn.execute("UPDATE events SET state = 'delivered'", [])
+            .unwrap();
+        conn.execute("UPDATE events SET body = NULL WHERE id = ?1", [emptied])
+            .unwrap();
+        let filter = ReplayFilter::default();
+        assert_eq!(replay(&conn, &filter, 100).unwrap(), 1);
+        assert_eq!(ids(&claim(&conn, "s", 10, 100, 1000).unwrap()), vec![kept]);
     }
 
     #[test]

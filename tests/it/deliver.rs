@@ -746,6 +746,53 @@ async fn events_sharing_a_key_are_delivered_in_order_while_another_key_flows() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_event_waits_for_the_event_of_its_key_in_flight() {
+    const SLOW: Duration = Duration::from_millis(1500);
+    let down = Downstream::start(|delivery, _| match delivery {
+        "a1" => Reply::status(410),
+        _ => Reply::status(204),
+    })
+    .await;
+    let app = TestApp::spawn(&deliver_source(
+        "github",
+        &url_destination(&down.url()),
+        "5s",
+        3,
+    ))
+    .await;
+    let post = |delivery: &'static str, n| async move {
+        let body = repo_body("acme/a", n);
+        post_event(app.addr, "github", delivery, "application/json", &body).await
+    };
+    let a1 = post("a1", 1).await;
+    wait_for_state(&app.db_path, a1, "dead").await;
+    // a2, of the same key, went on without a1 and is slow to answer.
+    down.set_script(|delivery, _| match delivery {
+        "a2" => Reply::status(204).after(SLOW),
+        _ => Reply::status(204),
+    });
+    let a2 = post("a2", 2).await;
+    eventually("a2 in flight", || {
+        (!down.hits_for("a2").is_empty()).then_some(())
+    })
+    .await;
+    let r = app
+        .admin_post(&format!("/api/events/{a1}/replay"), serde_json::json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    wait_for_state(&app.db_path, a1, "delivered").await;
+    wait_for_state(&app.db_path, a2, "delivered").await;
+    let a2_sent = down.hits_for("a2")[0].at;
+    let a1_again = down.hits_for("a1")[1].at;
+    assert!(
+        a1_again >= a2_sent + SLOW,
+        "a1 went {:?} after a2, while a2 was still in flight",
+        a1_again - a2_sent
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downstream_that_is_down_for_a_while_loses_nothing() {
     // A port nobody listens on: connections are refused until the
     // downstream starts there.

@@ -8,7 +8,12 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 
+use serde_json::json;
+
 use crate::backup::{cli, run, text};
+use crate::deliver::{
+    Downstream, Reply, deliver_source, post_event, url_destination, wait_for_state,
+};
 use crate::helpers::{GITHUB_SOURCE, TestApp, json};
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -185,6 +190,74 @@ async fn purge_deletes_only_dead_events_idle_longer_than_asked_while_the_server_
     let out = run(cmd).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(row(&conn, "delivered-40d").1);
+    drop(conn);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_whose_body_retention_dropped_is_refused_by_replay_with_the_reason() {
+    let downstream = Downstream::start(|_, _| Reply::status(200)).await;
+    let sources = deliver_source("github", &url_destination(&downstream.url()), "5s", 3);
+    let app = TestApp::spawn_with(&sources, RETENTION).await;
+    let kept = post_event(app.addr, "github", "kept", "application/json", b"{}").await;
+    let emptied = post_event(app.addr, "github", "emptied", "application/json", b"{}").await;
+    for id in [kept, emptied] {
+        wait_for_state(&app.db_path, id, "delivered").await;
+    }
+    let conn = app.db();
+    backdate(&conn, "emptied", "delivered", 3.0);
+    wait_until("retention to drop the body", || {
+        row(&conn, "emptied") == (false, true)
+    })
+    .await;
+
+    let r = app
+        .admin_post(&format!("/api/events/{emptied}/replay"), json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+    let refused = json(r).await;
+    assert_eq!(refused["error"], "body_dropped", "{refused}");
+    assert!(
+        refused.to_string().contains("retention.body_days"),
+        "{refused}"
+    );
+    // A bulk replay passes over it.
+    let r = app
+        .admin_post("/api/replay", json!({"state": "delivered"}))
+        .await;
+    assert_eq!(json(r).await, json!({"replayed": 1}));
+    wait_for_state(&app.db_path, kept, "delivered").await;
+    assert_eq!(downstream.hits_for("kept").len(), 2);
+
+    // So does the CLI, saying why.
+    let config = app.db_path.with_file_name("replay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndatabase = {:?}\n{sources}",
+            app.db_path.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"));
+    cmd.env_remove("HOOKBOX_CONFIG")
+        .arg("--config")
+        .arg(&config)
+        .args(["replay", &emptied.to_string()]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("no longer has its body"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(downstream.hits_for("emptied").len(), 1);
+    assert_eq!(
+        app.count(&format!(
+            "SELECT count(*) FROM events WHERE id = {emptied} AND state = 'delivered'"
+        )),
+        1
+    );
     drop(conn);
     app.shutdown().await;
 }

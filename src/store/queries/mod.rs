@@ -206,10 +206,53 @@ pub fn event_detail(conn: &Connection, id: i64) -> anyhow::Result<Option<EventDe
     Ok(Some(detail))
 }
 
+/// What decides whether an event can be replayed.
+#[derive(Debug, Clone)]
+pub struct EventState {
+    pub source: String,
+    pub state: String,
+    /// False once retention dropped the body.
+    pub has_body: bool,
+}
+
+impl EventState {
+    /// Why event `id` cannot be replayed, as a reason code and a message;
+    /// `None` if it can (its source's destination aside).
+    pub fn not_replayable(&self, id: i64) -> Option<(&'static str, String)> {
+        let reason = match self.state.as_str() {
+            "dead" | "delivered" if self.has_body => return None,
+            "dead" | "delivered" => {
+                return Some((
+                    "body_dropped",
+                    format!(
+                        "event {id} no longer has its body (retention.body_days dropped it), \
+                         so it cannot be delivered again"
+                    ),
+                ));
+            }
+            "pending" => "already_pending",
+            _ => "not_replayable",
+        };
+        Some((
+            reason,
+            format!(
+                "event {id} is {}; only dead and delivered events can be replayed",
+                self.state
+            ),
+        ))
+    }
+}
+
 /// An event's source and state, for deciding whether it can be replayed.
-pub fn event_state(conn: &Connection, id: i64) -> anyhow::Result<Option<(String, String)>> {
-    conn.prepare_cached("SELECT source, state FROM events WHERE id = ?1")?
-        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+pub fn event_state(conn: &Connection, id: i64) -> anyhow::Result<Option<EventState>> {
+    conn.prepare_cached("SELECT source, state, body IS NOT NULL FROM events WHERE id = ?1")?
+        .query_row([id], |r| {
+            Ok(EventState {
+                source: r.get(0)?,
+                state: r.get(1)?,
+                has_body: r.get(2)?,
+            })
+        })
         .optional()
         .context("reading an event's state")
 }
