@@ -36,7 +36,7 @@ pub use catchup::{
 pub use deliver::{DeliverConfig, Destination, RawDeliver};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use ops::{BackupConfig, RetentionConfig};
-pub use secret::Secret;
+pub use secret::{Secret, env_names as secret_env_names};
 pub use tls::{AcmeConfig, RawAcme, RawTls, TlsConfig, TlsFiles};
 
 /// Where the config is looked for when `--config` is not given.

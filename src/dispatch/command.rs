@@ -4,14 +4,16 @@
 //! stdin, then stdin is closed; the event is described in `HOOKBOX_SOURCE`,
 //! `HOOKBOX_EVENT_TYPE` (empty when the event has no type),
 //! `HOOKBOX_DELIVERY_ID`, `HOOKBOX_EVENT_ID` and `HOOKBOX_ATTEMPT`, added
-//! to hookbox's own environment. Exit status 0 is delivered; any other exit,
-//! a signal, a program that cannot start, and the timeout are retried.
+//! to hookbox's own environment less what is hookbox's alone: the
+//! variables its secrets were read from and [`WITHHELD_ENV`]. Exit status 0
+//! is delivered; any other exit, a signal, a program that cannot start, and
+//! the timeout are retried.
 //!
 //! The child leads its own process group. On timeout the whole group gets
 //! SIGKILL, so a handler's own children (`sh -c 'curl ... &'`) die with it,
 //! and the child is reaped; an attempt abandoned mid-run (its future
-//! dropped, as at the end of a shutdown grace period) kills the group too. Writing stdin, reading stdout and stderr and
-//! waiting all run at once: a child that ignores stdin, or floods its output,
+//! dropped, as at the end of a shutdown grace period) kills the group too.
+//! Writing stdin, reading stdout and stderr and waiting all run at once: a child that ignores stdin, or floods its output,
 //! cannot stall hookbox. Output beyond [`EXCERPT_MAX`] bytes per stream is
 //! read and discarded. Once the child has exited, leftover output (from a
 //! grandchild still holding the pipes) is awaited for [`OUTPUT_GRACE`] at
@@ -27,9 +29,23 @@ use tokio::process::{ChildStdin, Command};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
+use crate::config::secret_env_names;
 
 /// How long output is still collected after the child exits.
 pub const OUTPUT_GRACE: Duration = Duration::from_millis(200);
+
+/// systemd's hand-over to hookbox itself, never passed on: where its
+/// credentials (secrets) are, the notify socket and watchdog (a child
+/// could speak for hookbox), and the sockets of socket activation.
+pub const WITHHELD_ENV: [&str; 7] = [
+    "CREDENTIALS_DIRECTORY",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_PID",
+    "WATCHDOG_USEC",
+    "LISTEN_PID",
+    "LISTEN_FDS",
+    "LISTEN_FDNAMES",
+];
 
 pub struct CommandDestination {
     argv: Vec<String>,
@@ -59,7 +75,15 @@ impl CommandDestination {
         let Some((program, args)) = self.argv.split_first() else {
             return (retry, Some("no program to run".to_owned()));
         };
-        let spawned = Command::new(program)
+        let mut command = Command::new(program);
+        for name in WITHHELD_ENV
+            .iter()
+            .map(|name| (*name).to_owned())
+            .chain(secret_env_names())
+        {
+            command.env_remove(name);
+        }
+        let spawned = command
             .args(args)
             .env("HOOKBOX_SOURCE", &job.source)
             .env(

@@ -271,3 +271,77 @@ header = "X-Signature"
         "a body reached the log:\n{output}"
     );
 }
+
+/// The command destination runs the user's program with hookbox's
+/// environment, less what only hookbox should hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_destination_does_not_inherit_the_secrets_environment() {
+    use crate::helpers::ChildServer;
+
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(creds.join("stripe"), STRIPE).unwrap();
+    let dump = dir.path().join("env.txt");
+    let sources = format!(
+        r#"
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["env:HOOKBOX_TEST_GITHUB_SECRET"]
+[sources.deliver]
+command = ["sh", "-c", "env > {dump}"]
+
+[[sources]]
+name = "stripe"
+kind = "stripe"
+secrets = ["cred:stripe"]
+"#,
+        dump = dump.display()
+    );
+    let server = ChildServer::spawn_ready_with(
+        dir.path(),
+        &dir.path().join("hookbox.db"),
+        &sources,
+        "",
+        0,
+        &[
+            ("HOOKBOX_TEST_GITHUB_SECRET", GITHUB),
+            ("CREDENTIALS_DIRECTORY", creds.to_str().unwrap()),
+            ("HOOKBOX_TEST_PLAIN", "passed-on"),
+        ],
+        |_| {},
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let body = b"{}";
+    let r = client
+        .post(server.url("/hooks/github"))
+        .header("x-github-delivery", "env-check")
+        .header("x-github-event", "ping")
+        .header("x-hub-signature-256", github_signature(GITHUB, body))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let env = loop {
+        if let Ok(env) = std::fs::read_to_string(&dump)
+            && env.contains("HOOKBOX_ATTEMPT=")
+        {
+            break env;
+        }
+        assert!(Instant::now() < deadline, "the command never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(env.contains("HOOKBOX_DELIVERY_ID=env-check"), "{env}");
+    assert!(env.contains("HOOKBOX_TEST_PLAIN=passed-on"), "{env}");
+    assert!(
+        !env.contains(GITHUB),
+        "the webhook secret reached the command"
+    );
+    assert!(!env.contains("HOOKBOX_TEST_GITHUB_SECRET"), "{env}");
+    assert!(!env.contains("CREDENTIALS_DIRECTORY"), "{env}");
+    drop(server);
+}
