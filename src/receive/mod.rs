@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -257,10 +258,12 @@ enum Answer {
 /// `POST /hooks/{source}`: [`handle`], counted and timed.
 pub async fn receive(
     State(rx): State<Receiver>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    // A name that is not UTF-8 once decoded names no source either.
+    let name = name.map(|Path(name)| name).unwrap_or_default();
     let Some(source) = rx.sources.get(&name).cloned() else {
         rx.unknown
             .rejected(ApiError::UnknownSource.reason(), started.elapsed());

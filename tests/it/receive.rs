@@ -128,6 +128,18 @@ async fn an_unknown_source_is_a_404_and_other_paths_do_not_exist() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(json(r).await["error"], "unknown_source");
+    // A name that is not UTF-8 once percent-decoded: the same JSON 404.
+    for path in ["/hooks/%FF", "/hooks/git%C3hub"] {
+        let r = app
+            .client
+            .post(app.url(path))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        assert_eq!(json(r).await["error"], "unknown_source", "{path}");
+    }
     let r = app.client.get(app.url("/api/events")).send().await.unwrap();
     assert_eq!(r.status(), 404);
     app.shutdown().await;
