@@ -1,5 +1,6 @@
 //! The `hookbox` binary's verbs that do not serve: `check`, `replay`, and
-//! the others that only read or copy the database.
+//! the others that only read or copy the database; and its global
+//! `--log-format`.
 
 use std::process::Command;
 
@@ -155,4 +156,58 @@ fn commands_that_only_read_the_database_need_no_secrets() {
     assert!(backup.exists());
     let out = run(&["replay", "--dead"]);
     assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn log_format_json_writes_one_json_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookbox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n\
+             [[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"json-log-secret\"]\n",
+            dir.path().join("hookbox.db").display().to_string()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("hookbox.log");
+    let mut child = hookbox()
+        .env_remove("RUST_LOG")
+        .args(["--log-format", "json", "serve", "--config"])
+        .arg(&config)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains(r#""message":"ready""#)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ready: {}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(lines.len() >= 3, "{text}");
+    for line in &lines {
+        assert!(line["timestamp"].is_string(), "{line}");
+        assert!(line["level"].is_string(), "{line}");
+        assert!(line["fields"]["message"].is_string(), "{line}");
+    }
+    let ready = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "ready")
+        .unwrap();
+    assert!(ready["fields"]["public"].is_string(), "{ready}");
 }

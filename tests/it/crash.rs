@@ -245,3 +245,25 @@ async fn check_duplicates_answer_with_the_original_row(server: &ChildServer, ack
         assert_eq!(body["id"].as_i64(), a.row, "{} keeps its row", a.key);
     }
 }
+
+/// `durability = "normal"` gives up only power cuts: every 2xx still
+/// survives a crash of hookbox itself, since what it wrote is the kernel's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_durability_normal_every_acknowledged_delivery_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    let mut server =
+        ChildServer::spawn_ready(dir.path(), &db, GITHUB_SOURCE, "durability = \"normal\"", 0)
+            .await;
+    let load = Load::start(server.addr, "normal", CLIENTS, DELIVERIES);
+    load.wait_for(1500, Duration::from_secs(3)).await;
+    server.kill9();
+    let report = load.stop().await;
+    report.assert_only_expected_statuses();
+    assert!(!report.acked.is_empty());
+    eprintln!(
+        "durability normal: {} acknowledgements before kill -9",
+        report.acked.len()
+    );
+    check_database(&db, &report.acked, false);
+}

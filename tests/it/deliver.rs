@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -95,6 +96,9 @@ impl Hit {
 struct Shared {
     hits: Mutex<Vec<Hit>>,
     script: Mutex<Script>,
+    /// Requests being answered now, and the most there ever were.
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
 }
 
 /// A downstream HTTP server on loopback that records every request.
@@ -126,6 +130,8 @@ impl Downstream {
         let shared = Arc::new(Shared {
             hits: Mutex::new(Vec::new()),
             script: Mutex::new(script),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
         });
         let router = Router::new().fallback(record).with_state(shared.clone());
         let task = tokio::spawn(async move {
@@ -156,6 +162,11 @@ impl Downstream {
             .collect()
     }
 
+    /// The most requests that were ever being answered at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
+    }
+
     /// Waits until at least `n` requests arrived.
     pub async fn wait_for_hits(&self, n: usize) -> Vec<Hit> {
         eventually(&format!("{n} requests at the downstream"), || {
@@ -174,6 +185,8 @@ impl Drop for Downstream {
 
 async fn record(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     let at = Instant::now();
+    let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let reply = {
         let mut hits = shared.hits.lock().unwrap();
         let id = headers.get("webhook-id").cloned();
@@ -199,6 +212,7 @@ async fn record(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
+    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     let mut response = reply.status.into_response();
     if let Some(value) = reply.retry_after {
         response
@@ -742,6 +756,35 @@ async fn events_sharing_a_key_are_delivered_in_order_while_another_key_flows() {
     for d in ["e2", "e3", "other"] {
         assert_eq!(event_row(&app.db_path, ids[d]).attempts, 1, "{d}");
     }
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_more_attempts_run_at_once_than_the_source_s_concurrency() {
+    let down = Downstream::start(|_, _| Reply::status(204).after(Duration::from_millis(300))).await;
+    let destination = format!("{}\nconcurrency = 2", url_destination(&down.url()));
+    let app = TestApp::spawn(&deliver_source("github", &destination, "5s", 3)).await;
+    let mut ids = Vec::new();
+    for n in 0..8 {
+        let body = repo_body(&format!("acme/{n}"), n);
+        ids.push(
+            post_event(
+                app.addr,
+                "github",
+                &format!("c{n}"),
+                "application/json",
+                &body,
+            )
+            .await,
+        );
+    }
+    for id in ids {
+        wait_for_state(&app.db_path, id, "delivered").await;
+    }
+    // Eight keys could all go at once; two at a time is the limit, and
+    // two is what it uses.
+    assert_eq!(down.max_in_flight(), 2);
+    assert_eq!(down.hits().len(), 8);
     app.shutdown().await;
 }
 
