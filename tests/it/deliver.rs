@@ -761,7 +761,7 @@ async fn events_sharing_a_key_are_delivered_in_order_while_another_key_flows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_more_attempts_run_at_once_than_the_source_s_concurrency() {
-    let down = Downstream::start(|_, _| Reply::status(204).after(Duration::from_millis(300))).await;
+    let down = Downstream::start(|_, _| Reply::status(204).after(Duration::from_millis(500))).await;
     let destination = format!("{}\nconcurrency = 2", url_destination(&down.url()));
     let app = TestApp::spawn(&deliver_source("github", &destination, "5s", 3)).await;
     let mut ids = Vec::new();
