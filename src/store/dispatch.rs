@@ -48,11 +48,15 @@ const HEADS: &str = "
     FROM events AS e
     WHERE e.state = 'pending' AND e.source = ?1
       AND (e.lease_until IS NULL OR e.lease_until <= ?2)
-      AND (e.order_key IS NULL OR NOT EXISTS (
+      AND (e.order_key IS NULL OR (NOT EXISTS (
             SELECT 1 FROM events AS p
             WHERE p.state = 'pending' AND p.source = e.source
-              AND p.order_key = e.order_key AND p.id <> e.id
-              AND (p.id < e.id OR p.lease_until > ?2)))";
+              AND p.order_key = e.order_key AND p.id < e.id)
+          AND NOT EXISTS (
+            SELECT 1 FROM events AS f
+            WHERE f.state = 'pending' AND f.lease_until IS NOT NULL
+              AND f.source = e.source AND f.order_key = e.order_key
+              AND f.lease_until > ?2 AND f.id <> e.id)))";
 
 /// [`HEADS`] that are due at `?2`.
 fn claimable() -> String {
@@ -476,6 +480,7 @@ mod tests {
                 || plan.contains("USING INDEX events_order"),
             "{plan}"
         );
+        assert!(plan.contains("USING INDEX events_leased"), "{plan}");
         assert!(!plan.contains("USE TEMP B-TREE"), "{plan}");
     }
 }

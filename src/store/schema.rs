@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_catchup.sql"),
     include_str!("migrations/0003_ip_sets.sql"),
     include_str!("migrations/0004_dead_index.sql"),
+    include_str!("migrations/0005_leased_index.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
