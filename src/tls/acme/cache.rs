@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use instant_acme::AccountCredentials;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+use super::backoff::Backoff;
 use crate::private_file;
 
 pub struct Cache {
@@ -22,18 +22,6 @@ pub struct Cache {
     cert: PathBuf,
     key: PathBuf,
     backoff: PathBuf,
-}
-
-/// Orders that failed in a row, kept across restarts so a service that
-/// restarts (or crash-loops) does not order at every start and spend the
-/// CA's failed-validation limit.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Backoff {
-    pub failures: u32,
-    /// No order before this (Unix s).
-    pub retry_at: i64,
-    /// The domains that failed: another list is a new start.
-    pub domains: Vec<String>,
 }
 
 /// A certificate chain and its key, as PEM.
@@ -118,7 +106,7 @@ impl Cache {
         };
         let backoff: Backoff = serde_json::from_slice(&bytes)
             .with_context(|| format!("{}: not an ACME backoff record", self.backoff.display()))?;
-        Ok(Some(backoff).filter(|b| b.domains == domains))
+        Ok(Some(backoff).filter(|b| b.covers(domains)))
     }
 
     pub fn save_backoff(&self, backoff: &Backoff) -> anyhow::Result<()> {

@@ -14,15 +14,16 @@
 //! order is logged with the CA's reason and retried after 2 minutes,
 //! doubling up to an hour: Let's Encrypt allows five failed validations per
 //! domain an hour. The count and the next attempt are kept in the cache,
-//! so restarting does not start over. An account the CA no longer knows is
+//! so restarting does not start over (see [`backoff`]). An account the CA no longer knows is
 //! forgotten and a new one registered at once. Until the first certificate
 //! arrives, handshakes fail.
 
+mod backoff;
 mod cache;
 mod http;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context as _, anyhow, bail};
 use instant_acme::{
@@ -33,24 +34,22 @@ use prometheus_client::metrics::gauge::Gauge;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use x509_parser::extensions::GeneralName;
 
 use super::{CertStore, provider};
 use crate::config::AcmeConfig;
-use cache::{Backoff, Cache, Pem};
+use backoff::{Backoff, MAX_RETRY, seconds_until, unix_now};
+use cache::{Cache, Pem};
 
 /// A whole order, from registering to downloading, gets this long.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the CA gets to validate every domain.
 const VALIDATION_TIMEOUT: Duration = Duration::from_secs(120);
-/// The first retry after a failed order; doubled per failure up to
-/// [`MAX_RETRY`].
-const FIRST_RETRY: Duration = Duration::from_secs(120);
-const MAX_RETRY: Duration = Duration::from_secs(3600);
 /// Sleeps towards the renewal time are at most this long, so a wall clock
 /// that jumps (or a VM that was suspended) is noticed within the hour.
-const RECHECK: Duration = Duration::from_secs(3600);
+const RECHECK: Duration = MAX_RETRY;
 
 /// The problem type of an order from an account the CA does not know.
 const ACCOUNT_DOES_NOT_EXIST: &str = "urn:ietf:params:acme:error:accountDoesNotExist";
@@ -122,8 +121,12 @@ impl Acme {
     /// Orders when due, until `shutdown`.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut backoff = self.recorded_backoff();
+        // The wait runs on the monotonic clock: see [`backoff`].
+        let mut next_order = Instant::now() + backoff.remaining(unix_now());
         loop {
-            let due_in = self.due_in().max(backoff_wait(&backoff, unix_now()));
+            let due_in = self
+                .due_in()
+                .max(next_order.saturating_duration_since(Instant::now()));
             if !due_in.is_zero() {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -138,14 +141,10 @@ impl Acme {
             };
             match outcome {
                 Ok(validity) => {
-                    if backoff.failures > 0 {
-                        backoff = Backoff::default();
-                        if let Err(e) = self.cache.clear_backoff() {
-                            tracing::warn!(
-                                error = format!("{e:#}"),
-                                "cannot clear the ACME backoff"
-                            );
-                        }
+                    backoff = Backoff::default();
+                    // Also a record left for other domains: it is stale now.
+                    if let Err(e) = self.cache.clear_backoff() {
+                        tracing::warn!(error = format!("{e:#}"), "cannot clear the ACME backoff");
                     }
                     tracing::info!(
                         domains = ?self.config.domains,
@@ -173,14 +172,8 @@ impl Acme {
                             "cannot remove the cached ACME account"
                         );
                     }
-                    backoff.failures = backoff.failures.saturating_add(1);
-                    let wait = if unknown_account && backoff.failures == 1 {
-                        Duration::ZERO
-                    } else {
-                        retry_delay(backoff.failures)
-                    };
-                    backoff.retry_at = unix_now().saturating_add_unsigned(wait.as_secs());
-                    backoff.domains.clone_from(&self.config.domains);
+                    let wait = backoff.failed(&self.config.domains, unix_now(), unknown_account);
+                    next_order = Instant::now() + wait;
                     if let Err(e) = self.cache.save_backoff(&backoff) {
                         tracing::warn!(
                             error = format!("{e:#}"),
@@ -449,28 +442,6 @@ fn certified(pem: &Pem, domains: &[String]) -> anyhow::Result<(CertifiedKey, Val
     Ok((pair, validity))
 }
 
-/// How long `backoff` still holds orders back. Never more than the longest
-/// retry: a wall clock set back must not stretch it.
-fn backoff_wait(backoff: &Backoff, now: i64) -> Duration {
-    seconds_until(backoff.retry_at, now).min(MAX_RETRY)
-}
-
-fn seconds_until(at: i64, now: i64) -> Duration {
-    Duration::from_secs(u64::try_from(at.saturating_sub(now)).unwrap_or(0))
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-fn retry_delay(failures: u32) -> Duration {
-    FIRST_RETRY
-        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1)))
-        .min(MAX_RETRY)
-}
-
 fn timestamp(unix: i64) -> humantime::Rfc3339Timestamp {
     humantime::format_rfc3339_seconds(
         UNIX_EPOCH + Duration::from_secs(u64::try_from(unix).unwrap_or(0)),
@@ -523,32 +494,6 @@ mod tests {
         };
         let err = certified(&mismatched, &["a.example".to_owned()]).unwrap_err();
         assert!(format!("{err:#}").contains("does not match"), "{err:#}");
-    }
-
-    #[test]
-    fn retries_back_off_from_two_minutes_to_an_hour() {
-        let delays = (1..=8).map(retry_delay).collect::<Vec<_>>();
-        assert_eq!(delays[0], Duration::from_secs(120));
-        assert_eq!(delays[1], Duration::from_secs(240));
-        assert_eq!(delays[4], Duration::from_secs(1920));
-        assert_eq!(delays[5], MAX_RETRY);
-        assert_eq!(delays[7], MAX_RETRY);
-        assert_eq!(retry_delay(u32::MAX), MAX_RETRY);
-    }
-
-    #[test]
-    fn a_recorded_backoff_holds_orders_until_its_time_and_never_past_the_longest_retry() {
-        let backoff = Backoff {
-            failures: 3,
-            retry_at: 1_000,
-            domains: vec!["a.example".to_owned()],
-        };
-        assert_eq!(backoff_wait(&backoff, 880), Duration::from_secs(120));
-        assert_eq!(backoff_wait(&backoff, 1_000), Duration::ZERO);
-        assert_eq!(backoff_wait(&backoff, 5_000), Duration::ZERO);
-        // The clock went back a day after the failure was recorded.
-        assert_eq!(backoff_wait(&backoff, 1_000 - 86_400), MAX_RETRY);
-        assert_eq!(backoff_wait(&Backoff::default(), 1_000), Duration::ZERO);
     }
 
     #[test]
