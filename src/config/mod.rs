@@ -36,7 +36,7 @@ pub use catchup::{
 pub use deliver::{DeliverConfig, Destination, RawDeliver};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use ops::{BackupConfig, RetentionConfig};
-pub use secret::{Secret, env_names as secret_env_names};
+pub use secret::Secret;
 pub use tls::{AcmeConfig, RawAcme, RawTls, TlsConfig, TlsFiles};
 
 /// Where the config is looked for when `--config` is not given.
@@ -473,18 +473,21 @@ pub fn from_toml(text: &str, origin: String) -> Result<Config, ConfigError> {
     validate(parse(text, &origin)?, origin)
 }
 
+/// The embedded default's sources and the variable holding each secret.
+const EMBEDDED_SOURCES: [(Kind, &str); 4] = [
+    (Kind::Github, "GITHUB_WEBHOOK_SECRET"),
+    (Kind::Stripe, "STRIPE_WEBHOOK_SECRET"),
+    (Kind::Shopify, "SHOPIFY_WEBHOOK_SECRET"),
+    (Kind::Standard, "STANDARD_WEBHOOK_SECRET"),
+];
+
 /// The embedded default: `github`, `stripe`, `shopify` and `standard`
 /// sources, each present when its secret variable is set and not empty.
 /// Returns the sources left off, with their variables.
 pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
     let mut raw = RawConfig::default();
     let mut disabled = Vec::new();
-    for (kind, var) in [
-        (Kind::Github, "GITHUB_WEBHOOK_SECRET"),
-        (Kind::Stripe, "STRIPE_WEBHOOK_SECRET"),
-        (Kind::Shopify, "SHOPIFY_WEBHOOK_SECRET"),
-        (Kind::Standard, "STANDARD_WEBHOOK_SECRET"),
-    ] {
+    for (kind, var) in EMBEDDED_SOURCES {
         let name = kind.as_str().to_owned();
         if std::env::var(var).is_ok_and(|v| !v.is_empty()) {
             raw.sources.push(RawSource {
@@ -790,6 +793,36 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl Config {
+    /// The environment variables that hold hookbox's secrets, for programs
+    /// it starts to go without: every `env:` reference in the config
+    /// (disabled sources' too) and the embedded default's variables,
+    /// whichever config is in use.
+    pub fn secret_env(&self) -> Vec<String> {
+        let raw = &self.raw;
+        let references = raw
+            .sources
+            .iter()
+            .flat_map(|s| {
+                let redelivery = s.github_redelivery.as_ref();
+                s.secrets
+                    .iter()
+                    .map(String::as_str)
+                    .chain(s.deliver.as_ref().and_then(|d| d.signing_secret.as_deref()))
+                    .chain(redelivery.and_then(|g| g.token.as_deref()))
+                    .chain(redelivery.and_then(|g| g.private_key.as_deref()))
+                    .chain(s.stripe_backfill.as_ref().map(|b| b.api_key.as_str()))
+            })
+            .chain(raw.admin.token.as_deref());
+        let mut names: Vec<String> = references
+            .filter_map(|r| r.strip_prefix("env:"))
+            .chain(EMBEDDED_SOURCES.iter().map(|(_, var)| *var))
+            .map(str::to_owned)
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
     /// The effective config as TOML, every literal secret replaced by
     /// `[redacted]` (references like `env:NAME` are shown: they are not secret).
     pub fn redacted_toml(&self) -> String {

@@ -6,24 +6,8 @@
 //! lives in [`Secret`], whose `Debug` and `Display` print `[redacted]` so it
 //! cannot leak through a log line, an error or a panic message.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
-
-/// Every environment variable a secret was read from, so programs hookbox
-/// starts (the command destination) can be started without them.
-static SECRET_VARS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-
-/// The names of the environment variables secrets were read from.
-pub fn env_names() -> Vec<String> {
-    SECRET_VARS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .cloned()
-        .collect()
-}
 
 /// A resolved secret value. Read it with [`Secret::expose`], which makes
 /// every use easy to find.
@@ -69,10 +53,6 @@ pub fn describe(reference: &str) -> String {
 /// (an env variable name, a path) but never a value.
 pub fn resolve(reference: &str) -> Result<Secret, String> {
     let value = if let Some(name) = reference.strip_prefix("env:") {
-        SECRET_VARS
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.to_owned());
         std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?
     } else if let Some(path) = reference.strip_prefix("file:") {
         read_secret_file(Path::new(path))?

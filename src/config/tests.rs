@@ -419,3 +419,35 @@ fn a_toml_error_shows_neither_the_source_line_nor_a_mistyped_secret() {
         "invalid type: a string, expected a sequence"
     );
 }
+
+#[test]
+fn secret_env_names_every_env_reference_and_the_embedded_defaults() {
+    let config = load_str(
+        r#"
+[admin]
+token = "env:PATH"
+[[sources]]
+name = "a"
+kind = "github"
+secrets = ["literal-secret", "env:HOME", "env:PATH"]
+[[sources]]
+name = "off"
+kind = "gitlab"
+enabled = false
+secrets = ["env:HOOKBOX_SURELY_UNSET_OFF"]
+"#,
+    )
+    .unwrap();
+    assert_eq!(
+        config.secret_env(),
+        [
+            "GITHUB_WEBHOOK_SECRET",
+            "HOME",
+            "HOOKBOX_SURELY_UNSET_OFF",
+            "PATH",
+            "SHOPIFY_WEBHOOK_SECRET",
+            "STANDARD_WEBHOOK_SECRET",
+            "STRIPE_WEBHOOK_SECRET",
+        ]
+    );
+}

@@ -5,7 +5,7 @@
 //! `HOOKBOX_EVENT_TYPE` (empty when the event has no type),
 //! `HOOKBOX_DELIVERY_ID`, `HOOKBOX_EVENT_ID` and `HOOKBOX_ATTEMPT`, added
 //! to hookbox's own environment less what is hookbox's alone: the
-//! variables its secrets were read from and [`WITHHELD_ENV`]. Exit status 0
+//! variables holding its secrets and [`WITHHELD_ENV`]. Exit status 0
 //! is delivered; any other exit, a signal, a program that cannot start, and
 //! the timeout are retried.
 //!
@@ -20,6 +20,7 @@
 //! most.
 
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -29,7 +30,6 @@ use tokio::process::{ChildStdin, Command};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
-use crate::config::secret_env_names;
 
 /// How long output is still collected after the child exits.
 pub const OUTPUT_GRACE: Duration = Duration::from_millis(200);
@@ -50,12 +50,19 @@ pub const WITHHELD_ENV: [&str; 7] = [
 pub struct CommandDestination {
     argv: Vec<String>,
     timeout: Duration,
+    /// Variables holding hookbox's secrets (`Config::secret_env`), not
+    /// passed on.
+    withheld: Arc<[String]>,
 }
 
 impl CommandDestination {
     /// `argv` must not be empty (config validation ensures it).
-    pub fn new(argv: Vec<String>, timeout: Duration) -> Self {
-        CommandDestination { argv, timeout }
+    pub fn new(argv: Vec<String>, timeout: Duration, withheld: Arc<[String]>) -> Self {
+        CommandDestination {
+            argv,
+            timeout,
+            withheld,
+        }
     }
 
     /// One attempt. Never fails: every problem is an [`Attempt`] to record.
@@ -78,8 +85,8 @@ impl CommandDestination {
         let mut command = Command::new(program);
         for name in WITHHELD_ENV
             .iter()
-            .map(|name| (*name).to_owned())
-            .chain(secret_env_names())
+            .copied()
+            .chain(self.withheld.iter().map(String::as_str))
         {
             command.env_remove(name);
         }

@@ -18,6 +18,7 @@ pub mod sign;
 pub mod url;
 pub mod worker;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -99,8 +100,9 @@ pub enum Deliverer {
 
 impl Deliverer {
     /// `client` is the process-wide one from [`url::client`], shared by
-    /// every url destination so connections are pooled.
-    pub fn new(config: &DeliverConfig, client: &reqwest::Client) -> Self {
+    /// every url destination so connections are pooled; `withheld`, the
+    /// variables a command must not inherit (`Config::secret_env`).
+    pub fn new(config: &DeliverConfig, client: &reqwest::Client, withheld: &Arc<[String]>) -> Self {
         match &config.destination {
             Destination::Url { url, signing_key } => Deliverer::Url(url::UrlDestination::new(
                 client.clone(),
@@ -112,6 +114,7 @@ impl Deliverer {
             Destination::Command { argv } => Deliverer::Command(command::CommandDestination::new(
                 argv.clone(),
                 config.timeout,
+                withheld.clone(),
             )),
         }
     }

@@ -91,13 +91,14 @@ impl Dispatcher {
         metrics: &Metrics,
     ) -> anyhow::Result<Option<Self>> {
         let client = super::url::client().context("building the HTTP client for deliveries")?;
+        let withheld: Arc<[String]> = config.secret_env().into();
         let lanes: HashMap<String, Lane> = config
             .sources
             .iter()
             .filter_map(|s| Some((s.name.clone(), s.deliver.clone()?)))
             .map(|(name, cfg)| {
                 let lane = Lane {
-                    deliverer: Arc::new(Deliverer::new(&cfg, &client)),
+                    deliverer: Arc::new(Deliverer::new(&cfg, &client, &withheld)),
                     config: cfg,
                     queued: VecDeque::new(),
                     in_flight: 0,
