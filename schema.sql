@@ -34,8 +34,8 @@ CREATE INDEX events_order ON events (source, order_key, id)
 CREATE INDEX events_source ON events (source, id);
 -- Counting dead letters per source (metrics, stats); since version 4.
 CREATE INDEX events_dead ON events (source) WHERE state = 'dead';
--- Events in flight, per key: one holds its key's others back; since
--- version 5.
+-- Leased (claimed, not yet settled) events, per key: one holds its key's
+-- others back; since version 5.
 CREATE INDEX events_leased ON events (source, order_key)
     WHERE state = 'pending' AND lease_until IS NOT NULL;
 

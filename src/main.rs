@@ -225,7 +225,7 @@ fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::R
                 "event {id} belongs to source {:?}, which has no destination in this config",
                 event.source
             );
-            if let Some((_, message)) = event.not_replayable(id) {
+            if let Some((_, message)) = hookbox::dispatch::replay::refusal(&event, id) {
                 anyhow::bail!(message);
             }
             ReplayFilter {

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::{AdminState, parse_limit};
 use crate::clock;
+use crate::dispatch::replay::refusal;
 use crate::error::ApiError;
 use crate::store::StoreError;
 use crate::store::dispatch::ReplayFilter;
@@ -203,7 +204,7 @@ pub(super) async fn replay_event(st: &AdminState, id: i64) -> Result<usize, ApiE
             ),
         ));
     }
-    if let Some((reason, message)) = event.not_replayable(id) {
+    if let Some((reason, message)) = refusal(&event, id) {
         return Err(ApiError::conflict(reason, message));
     }
     let filter = ReplayFilter {
@@ -212,11 +213,19 @@ pub(super) async fn replay_event(st: &AdminState, id: i64) -> Result<usize, ApiE
     };
     let n = replay(st, filter).await?;
     if n == 0 {
-        // It moved (to pending, by another replay) since we looked.
-        return Err(ApiError::conflict(
-            "already_pending",
-            format!("event {id} is pending; only dead and delivered events can be replayed"),
-        ));
+        // It changed since we looked: another replay, retention, a purge.
+        let now = st
+            .store
+            .read(move |c| queries::event_state(c, id))
+            .await?
+            .ok_or(ApiError::NotFound("unknown_event"))?;
+        let (reason, message) = refusal(&now, id).unwrap_or_else(|| {
+            (
+                "already_pending",
+                format!("event {id} changed while it was being replayed; try again"),
+            )
+        });
+        return Err(ApiError::conflict(reason, message));
     }
     Ok(n)
 }

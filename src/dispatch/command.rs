@@ -13,9 +13,9 @@
 //! SIGKILL, so a handler's own children (`sh -c 'curl ... &'`) die with it,
 //! and the child is reaped; an attempt abandoned mid-run (its future
 //! dropped, as at the end of a shutdown grace period) kills the group too.
-//! Writing stdin, reading stdout and stderr and waiting all run at once: a child that ignores stdin, or floods its output,
-//! cannot stall hookbox. Output beyond [`EXCERPT_MAX`] bytes per stream is
-//! read and discarded. Once the child has exited, leftover output (from a
+//! Writing stdin, reading stdout and stderr and waiting all run at once: a
+//! child that ignores stdin, or floods its output, cannot stall hookbox.
+//! Output beyond [`EXCERPT_MAX`] bytes per stream is read and discarded. Once the child has exited, leftover output (from a
 //! grandchild still holding the pipes) is awaited for [`OUTPUT_GRACE`] at
 //! most.
 

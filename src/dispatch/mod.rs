@@ -14,6 +14,7 @@
 
 pub mod backoff;
 pub mod command;
+pub mod replay;
 pub mod sign;
 pub mod url;
 pub mod worker;

@@ -262,8 +262,16 @@ pub async fn receive(
     request: Request,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    // A name that is not UTF-8 once decoded names no source either.
-    let name = name.map(|Path(name)| name).unwrap_or_default();
+    let name = match name {
+        Ok(Path(name)) => name,
+        // A name that is not UTF-8 once decoded names no source either.
+        Err(PathRejection::FailedToDeserializePathParams(_)) => String::new(),
+        Err(other) => {
+            return Err(ApiError::Internal(anyhow::anyhow!(
+                "the receive route lost its path parameter: {other}"
+            )));
+        }
+    };
     let Some(source) = rx.sources.get(&name).cloned() else {
         rx.unknown
             .rejected(ApiError::UnknownSource.reason(), started.elapsed());

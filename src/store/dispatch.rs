@@ -42,8 +42,9 @@ pub struct ClaimFrom {
 }
 
 /// Pending events of source `?1` that no lease holds at time `?2` and that
-/// no older pending event of their key, nor one of their key in flight,
-/// holds back: what may go next, once due.
+/// no older pending event of their key, nor one of their key in flight (a
+/// live lease, so never the event itself), holds back: what may go next,
+/// once due.
 const HEADS: &str = "
     FROM events AS e
     WHERE e.state = 'pending' AND e.source = ?1
@@ -56,7 +57,7 @@ const HEADS: &str = "
             SELECT 1 FROM events AS f
             WHERE f.state = 'pending' AND f.lease_until IS NOT NULL
               AND f.source = e.source AND f.order_key = e.order_key
-              AND f.lease_until > ?2 AND f.id <> e.id)))";
+              AND f.lease_until > ?2)))";
 
 /// [`HEADS`] that are due at `?2`.
 fn claimable() -> String {

@@ -183,10 +183,27 @@ impl Drop for Downstream {
     }
 }
 
+/// Counts a request as being answered until dropped, also when hookbox
+/// gives up on it mid-way.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 async fn record(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     let at = Instant::now();
-    let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let _in_flight = InFlight::enter(&shared);
     let reply = {
         let mut hits = shared.hits.lock().unwrap();
         let id = headers.get("webhook-id").cloned();
@@ -212,7 +229,6 @@ async fn record(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     let mut response = reply.status.into_response();
     if let Some(value) = reply.retry_after {
         response

@@ -215,34 +215,6 @@ pub struct EventState {
     pub has_body: bool,
 }
 
-impl EventState {
-    /// Why event `id` cannot be replayed, as a reason code and a message;
-    /// `None` if it can (its source's destination aside).
-    pub fn not_replayable(&self, id: i64) -> Option<(&'static str, String)> {
-        let reason = match self.state.as_str() {
-            "dead" | "delivered" if self.has_body => return None,
-            "dead" | "delivered" => {
-                return Some((
-                    "body_dropped",
-                    format!(
-                        "event {id} no longer has its body (retention.body_days dropped it), \
-                         so it cannot be delivered again"
-                    ),
-                ));
-            }
-            "pending" => "already_pending",
-            _ => "not_replayable",
-        };
-        Some((
-            reason,
-            format!(
-                "event {id} is {}; only dead and delivered events can be replayed",
-                self.state
-            ),
-        ))
-    }
-}
-
 /// An event's source and state, for deciding whether it can be replayed.
 pub fn event_state(conn: &Connection, id: i64) -> anyhow::Result<Option<EventState>> {
     conn.prepare_cached("SELECT source, state, body IS NOT NULL FROM events WHERE id = ?1")?
