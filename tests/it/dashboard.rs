@@ -337,6 +337,40 @@ async fn replay_needs_the_csrf_token_and_a_same_site_request() {
 }
 
 #[tokio::test]
+async fn an_event_whose_body_retention_dropped_offers_no_replay() {
+    let down = Downstream::start(|_, _| Reply::status(204)).await;
+    let app = TestApp::spawn(&deliver_source(
+        "github",
+        &url_destination(&down.url()),
+        "5s",
+        3,
+    ))
+    .await;
+    let mut ids = Vec::new();
+    for delivery in ["kept", "emptied"] {
+        let id = json(app.post_github(delivery, b"{}").await).await["id"]
+            .as_i64()
+            .unwrap();
+        wait_for_state(&app.db_path, id, "delivered").await;
+        ids.push(id);
+    }
+    // What retention does once body_days have passed.
+    app.db()
+        .execute("UPDATE events SET body = NULL WHERE id = ?1", [ids[1]])
+        .unwrap();
+    let session = login(&app).await;
+    let kept = get(&app, &format!("/events/{}", ids[0]), &session.cookie).await;
+    assert!(
+        kept.contains(&format!("action=\"/events/{}/replay\"", ids[0])),
+        "{kept}"
+    );
+    let emptied = get(&app, &format!("/events/{}", ids[1]), &session.cookie).await;
+    assert!(!emptied.contains("/replay\""), "{emptied}");
+    assert!(emptied.contains("can no longer be replayed"), "{emptied}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_session_cookie_does_not_open_the_api() {
     let app = TestApp::spawn(GITHUB_SOURCE).await;
     let session = login(&app).await;

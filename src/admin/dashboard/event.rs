@@ -39,8 +39,11 @@ pub(super) async fn detail(
         .await?
         .ok_or(ApiError::NotFound("unknown_event"))?;
     let e = &d.summary;
-    let replayable =
-        st.admin.delivers(&e.source) && matches!(e.state.as_str(), "dead" | "delivered");
+    // As the replay itself decides (`dispatch::replay`): an emptied body
+    // cannot be delivered again.
+    let replayable = st.admin.delivers(&e.source)
+        && matches!(e.state.as_str(), "dead" | "delivered")
+        && d.body.is_some();
     let headers: Vec<(String, String)> = match &d.headers {
         serde_json::Value::Object(map) => map
             .iter()
@@ -73,7 +76,7 @@ pub(super) async fn detail(
         }
         h2 { "Body" }
         @match &d.body {
-            None => p { "Dropped by retention." },
+            None => p { "Dropped by retention (retention.body_days); the event can no longer be replayed." },
             Some(bytes) => @match std::str::from_utf8(bytes) {
                 Ok(text) => {
                     p { (d.content_type.as_deref().unwrap_or("no content type")) ", " (bytes.len()) " bytes" }
