@@ -5,13 +5,22 @@
 //! [`super::writer`]); replay also runs from the CLI on its own connection,
 //! which is why these are plain functions over a `Connection`.
 //!
-//! Ordering lives in the claim query: an event with an `order_key` is
-//! claimable only when no older *pending* event of its source shares the
-//! key, and no event of the key is in flight. A retrying event is still
-//! pending, so it holds its key's later events back; a dead or delivered
-//! one is not, so it does not. A replayed event is older than the events
-//! of its key that went on without it, so it waits for the one in flight
-//! (if any) and then goes first.
+//! Ordering: an event with an `order_key` is claimable only when no older
+//! *pending* event of its source shares the key, and no event of the key
+//! is in flight. A retrying event is still pending, so it holds its key's
+//! later events back; a dead or delivered one is not, so it does not. A
+//! replayed event is older than the events of its key that went on
+//! without it, so it waits for the one in flight (if any) and then goes
+//! first.
+//!
+//! So that a claim never walks a key's backlog, an event held behind an
+//! older one of its key is not scheduled: its `next_attempt_at` is NULL,
+//! which keeps it out of the due-events index the claim scans. It gets a
+//! time when it becomes its key's oldest pending event (the one ahead is
+//! delivered or dead). Every write that changes which events of a key are
+//! pending keeps that so: the insert, [`record`], [`release`] and
+//! [`replay`]. The claim still checks the key, so a row scheduled by other
+//! means is never claimed out of order.
 
 use anyhow::Context;
 use rusqlite::{Connection, params};
@@ -189,30 +198,59 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
     };
     // A replay may have reset the event while this attempt ran; its own
     // fresh attempts then own the row.
-    conn.prepare_cached(
-        "UPDATE events SET state = ?2, next_attempt_at = ?3, delivered_at = ?4,
-                           last_error = ?5, lease_until = NULL
-         WHERE id = ?1 AND attempts = ?6 AND state = 'pending'",
-    )?
-    .execute(params![
-        r.event_id,
-        state,
-        next,
-        delivered_at,
-        r.error,
-        r.attempt
-    ])
-    .context("settling an event")?;
+    let settled = conn
+        .prepare_cached(&format!(
+            "UPDATE events SET state = ?2, next_attempt_at = {}, delivered_at = ?4,
+                               last_error = ?5, lease_until = NULL
+             WHERE id = ?1 AND attempts = ?6 AND state = 'pending'",
+            unless_held("?3")
+        ))?
+        .execute(params![
+            r.event_id,
+            state,
+            next,
+            delivered_at,
+            r.error,
+            r.attempt
+        ])
+        .context("settling an event")?;
+    if settled == 1 && state != "pending" {
+        // The next event of its key, if any, is now the oldest.
+        conn.prepare_cached(
+            "UPDATE events SET next_attempt_at = ?2
+             WHERE next_attempt_at IS NULL AND id = (
+                 SELECT o.id FROM events AS e JOIN events AS o
+                   ON o.source = e.source AND o.order_key = e.order_key
+                 WHERE e.id = ?1 AND o.state = 'pending'
+                 ORDER BY o.id LIMIT 1)",
+        )?
+        .execute(params![r.event_id, now])
+        .context("scheduling the next event of a key")?;
+    }
     Ok(())
+}
+
+/// `at`, or NULL when the row being updated is held behind an older
+/// pending event of its key.
+fn unless_held(at: &str) -> String {
+    format!(
+        "CASE WHEN events.order_key IS NOT NULL AND EXISTS (
+             SELECT 1 FROM events AS o
+             WHERE o.state = 'pending' AND o.source = events.source
+               AND o.order_key = events.order_key AND o.id < events.id)
+         THEN NULL ELSE {at} END"
+    )
 }
 
 /// Gives back leases that will not be used (shutdown), undoing the attempt
 /// count so the interrupted attempt does not count against `max_attempts`.
 pub fn release(conn: &Connection, ids: &[i64], now: i64) -> anyhow::Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE events SET lease_until = NULL, attempts = max(attempts - 1, 0), next_attempt_at = ?2
+    let mut stmt = conn.prepare_cached(&format!(
+        "UPDATE events SET lease_until = NULL, attempts = max(attempts - 1, 0),
+                           next_attempt_at = {}
          WHERE id = ?1 AND state = 'pending' AND lease_until IS NOT NULL",
-    )?;
+        unless_held("?2")
+    ))?;
     for id in ids {
         stmt.execute(params![id, now])
             .context("releasing a lease")?;
@@ -250,8 +288,9 @@ pub struct ReplayFilter {
 /// that retention emptied can no longer be delivered as it was received.
 /// Never creates a row. Returns how many events were reset.
 pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Result<usize> {
-    conn.prepare_cached(
-        "UPDATE events SET state = 'pending', attempts = 0, next_attempt_at = ?4,
+    let replayed = conn
+        .prepare_cached(
+            "UPDATE events SET state = 'pending', attempts = 0, next_attempt_at = ?4,
                            lease_until = NULL, last_error = NULL, delivered_at = NULL
          WHERE state IN ('dead', 'delivered') AND body IS NOT NULL
            AND (?1 IS NULL OR id = ?1)
@@ -259,16 +298,30 @@ pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Res
            AND (?3 IS NULL OR state = ?3)
            AND (?5 IS NULL OR received_at >= ?5)
            AND (?6 IS NULL OR received_at < ?6)",
-    )?
-    .execute(params![
-        filter.id,
-        filter.source,
-        filter.state,
-        now,
-        filter.since,
-        filter.until
-    ])
-    .context("replaying events")
+        )?
+        .execute(params![
+            filter.id,
+            filter.source,
+            filter.state,
+            now,
+            filter.since,
+            filter.until
+        ])
+        .context("replaying events")?;
+    if replayed > 0 {
+        // A replayed event may now be behind an older one of its key, or
+        // ahead of the one that was its key's oldest: only the oldest of
+        // each key stays scheduled. The scan covers scheduled events only.
+        conn.prepare_cached(&format!(
+            "UPDATE events SET next_attempt_at = {}
+             WHERE state = 'pending' AND order_key IS NOT NULL
+               AND next_attempt_at IS NOT NULL",
+            unless_held("next_attempt_at")
+        ))?
+        .execute([])
+        .context("holding replayed events behind their key")?;
+    }
+    Ok(replayed)
 }
 
 #[cfg(test)]
@@ -355,6 +408,117 @@ mod tests {
         assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a1]);
         record(&conn, &dead, 500).unwrap();
         assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a2]);
+    }
+
+    /// Stores an event as ingest does.
+    fn ingest(conn: &mut Connection, delivery: &str, key: Option<&str>, at: i64) -> i64 {
+        use super::super::models::{Inserted, NewEvent, Origin, State};
+        let tx = conn.transaction().unwrap();
+        let event = NewEvent {
+            source: "s".into(),
+            delivery_id: delivery.into(),
+            event_type: None,
+            order_key: key.map(str::to_owned),
+            received_at: at,
+            origin: Origin::Push,
+            content_type: None,
+            headers: "{}".into(),
+            body: bytes::Bytes::from_static(b"{}"),
+            state: State::Pending,
+        };
+        let Inserted::New(id) = super::super::ingest::insert(&tx, &event).unwrap() else {
+            panic!("{delivery} was a duplicate");
+        };
+        tx.commit().unwrap();
+        id
+    }
+
+    /// The events that have a time, in id order.
+    fn scheduled(conn: &Connection) -> Vec<i64> {
+        conn.prepare(
+            "SELECT id FROM events WHERE state = 'pending' AND next_attempt_at IS NOT NULL ORDER BY id",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    fn settle(conn: &Connection, id: i64, attempt: u32, settled: Settled, now: i64) {
+        let r = AttemptRecord {
+            event_id: id,
+            attempt,
+            started_at: now,
+            duration_ms: 1,
+            settled,
+            status: None,
+            error: None,
+        };
+        record(conn, &r, now).unwrap();
+    }
+
+    #[test]
+    fn only_the_oldest_pending_event_of_a_key_is_scheduled() {
+        let mut conn = db();
+        let a1 = ingest(&mut conn, "a1", Some("A"), 10);
+        let a2 = ingest(&mut conn, "a2", Some("A"), 11);
+        let a3 = ingest(&mut conn, "a3", Some("A"), 12);
+        let b1 = ingest(&mut conn, "b1", Some("B"), 13);
+        let free = ingest(&mut conn, "n", None, 14);
+        assert_eq!(scheduled(&conn), vec![a1, b1, free]);
+        // A retry keeps a1 ahead; a2 and a3 stay held.
+        assert_eq!(
+            ids(&claim(&conn, "s", 10, 100, 1000).unwrap()),
+            vec![a1, b1, free]
+        );
+        settle(&conn, a1, 1, Settled::Retry(500), 100);
+        assert_eq!(scheduled(&conn), vec![a1, b1, free]);
+        // a1 delivered: a2 is due at once, a3 still held.
+        assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a1]);
+        settle(&conn, a1, 2, Settled::Delivered, 600);
+        assert_eq!(scheduled(&conn), vec![a2, b1, free]);
+        assert_eq!(ids(&claim(&conn, "s", 10, 600, 1000).unwrap()), vec![a2]);
+        // Shut down mid-attempt: a2 given back, still the scheduled one.
+        release(&conn, &[a2], 700).unwrap();
+        assert_eq!(scheduled(&conn), vec![a2, b1, free]);
+        // a2 dead: a3 next.
+        assert_eq!(ids(&claim(&conn, "s", 10, 700, 2000).unwrap()), vec![a2]);
+        settle(&conn, a2, 1, Settled::Dead, 800);
+        assert_eq!(scheduled(&conn), vec![a3, b1, free]);
+        // a2 replayed: older than a3, so a3 is held again behind it.
+        let filter = ReplayFilter {
+            id: Some(a2),
+            ..ReplayFilter::default()
+        };
+        assert_eq!(replay(&conn, &filter, 900).unwrap(), 1);
+        assert_eq!(scheduled(&conn), vec![a2, b1, free]);
+        // (b1 and the free event are still leased by the first claim.)
+        assert_eq!(ids(&claim(&conn, "s", 10, 900, 3000).unwrap()), vec![a2]);
+    }
+
+    #[test]
+    fn a_claim_does_not_walk_a_key_s_backlog() {
+        let mut conn = db();
+        for n in 0..2_000 {
+            ingest(&mut conn, &format!("k{n}"), Some("K"), n);
+        }
+        let free = ingest(&mut conn, "free", None, 5_000);
+        assert_eq!(scheduled(&conn).len(), 2);
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN SELECT e.id {} ORDER BY e.next_attempt_at LIMIT 4",
+                claimable()
+            ))
+            .unwrap()
+            .query_map(params!["s", 0], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(plan.join("\n").contains("next_attempt_at<?"), "{plan:?}");
+        let claimed = claim(&conn, "s", 4, 10_000, 20_000).unwrap();
+        assert_eq!(claimed.len(), 2);
+        assert_eq!(claimed[1].id, free);
     }
 
     #[test]

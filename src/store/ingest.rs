@@ -10,12 +10,18 @@ use super::models::{Inserted, NewEvent};
 /// earlier command of the group inserted.
 pub fn insert(tx: &Transaction, e: &NewEvent) -> anyhow::Result<Inserted> {
     // `INSERT OR IGNORE` and `changes()` rather than `RETURNING`, which
-    // makes SQLite materialise a result set for every row.
+    // makes SQLite materialise a result set for every row. A pending event
+    // behind another of its key is held, not scheduled (see
+    // `super::dispatch`): it becomes due when it is its key's oldest.
     let changed = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO events (source, delivery_id, event_type, order_key, received_at,
                                            origin, content_type, headers, body, state, next_attempt_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, CASE ?10 WHEN 'pending' THEN ?5 END)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
+                     CASE WHEN ?10 = 'pending' AND (?4 IS NULL OR NOT EXISTS (
+                              SELECT 1 FROM events AS o
+                              WHERE o.state = 'pending' AND o.source = ?1 AND o.order_key = ?4))
+                          THEN ?5 END)",
         )?
         .execute(params![
             e.source,

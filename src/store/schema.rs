@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_ip_sets.sql"),
     include_str!("migrations/0004_dead_index.sql"),
     include_str!("migrations/0005_leased_index.sql"),
+    include_str!("migrations/0006_hold_behind_key.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -95,6 +96,33 @@ mod tests {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn version_6_holds_the_backlog_of_each_key_behind_its_oldest() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        apply(&mut conn).unwrap();
+        // As version 5 left them: every pending event scheduled.
+        conn.execute_batch(
+            "INSERT INTO events (source, delivery_id, order_key, received_at, state, next_attempt_at)
+             VALUES ('s', 'a1', 'A', 1, 'pending', 1), ('s', 'a2', 'A', 2, 'pending', 2),
+                    ('s', 'b1', 'B', 3, 'pending', 3), ('s', 'n', NULL, 4, 'pending', 4),
+                    ('t', 'a1', 'A', 5, 'pending', 5), ('s', 'a0', 'A', 0, 'dead', NULL);
+             PRAGMA user_version = 5;",
+        )
+        .unwrap();
+        apply(&mut conn).unwrap();
+        let scheduled: Vec<String> = conn
+            .prepare(
+                "SELECT source || '/' || delivery_id FROM events
+                 WHERE next_attempt_at IS NOT NULL ORDER BY id",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(scheduled, ["s/a1", "s/b1", "s/n", "t/a1"]);
     }
 
     #[test]

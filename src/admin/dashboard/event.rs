@@ -64,7 +64,11 @@ pub(super) async fn detail(
             tr { th { "State" } td { (state(&e.state)) } }
             tr { th { "Received" } td { (time(e.received_at)) " (via " (e.origin) ")" } }
             tr { th { "Attempts" } td { (e.attempts) } }
-            tr { th { "Next attempt" } td { (opt_time(e.next_attempt_at)) } }
+            tr { th { "Next attempt" } td {
+                @if e.state == "pending" && e.next_attempt_at.is_none() {
+                    "after the older pending event of its order key"
+                } @else { (opt_time(e.next_attempt_at)) }
+            } }
             tr { th { "Delivered" } td { (opt_time(e.delivered_at)) } }
             tr { th { "Order key" } td { (d.order_key.as_deref().unwrap_or("-")) } }
             tr { th { "Last error" } td { (e.last_error.as_deref().unwrap_or("-")) } }
