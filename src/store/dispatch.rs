@@ -116,8 +116,10 @@ pub fn claim(
 /// When the next event of `source` becomes claimable, if any is pending.
 pub fn next_due(conn: &Connection, source: &str, now: i64) -> anyhow::Result<Option<i64>> {
     // Leased events are in flight: their outcome will wake the dispatcher.
+    // Held events have no time (and NULL would sort first).
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT e.next_attempt_at {HEADS} ORDER BY e.next_attempt_at LIMIT 1"
+        "SELECT e.next_attempt_at {HEADS} AND e.next_attempt_at IS NOT NULL
+         ORDER BY e.next_attempt_at LIMIT 1"
     ))?;
     let mut rows = stmt.query(params![source, now])?;
     Ok(match rows.next()? {
