@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
@@ -213,7 +214,7 @@ fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::Result<()> {
-    let conn = hookbox::store::open_for_cli(&config.server.database)?;
+    let mut conn = hookbox::store::open_for_cli(&config.server.database)?;
     let filter = match id {
         Some(id) => {
             let event =
@@ -239,7 +240,13 @@ fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::R
             ..ReplayFilter::default()
         },
     };
-    let n = dispatch::replay(&conn, &filter, hookbox::clock::now_ms())?;
+    // One transaction: the reset and the re-holding of what is now behind
+    // a replayed event go together.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .context("starting the replay")?;
+    let n = dispatch::replay(&tx, &filter, hookbox::clock::now_ms())?;
+    tx.commit().context("committing the replay")?;
     println!("{n} event(s) put back to pending");
     Ok(())
 }

@@ -217,9 +217,11 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
         ])
         .context("settling an event")?;
     if settled == 1 && state != "pending" {
-        // The next event of its key, if any, is now the oldest.
+        // The next event of its key, if any, is now the oldest. It is due
+        // from when it arrived, as if never held, so it does not queue
+        // behind everything that came after it.
         conn.prepare_cached(
-            "UPDATE events SET next_attempt_at = ?2
+            "UPDATE events SET next_attempt_at = min(received_at, ?2)
              WHERE next_attempt_at IS NULL AND id = (
                  SELECT o.id FROM events AS e JOIN events AS o
                    ON o.source = e.source AND o.order_key = e.order_key
@@ -232,16 +234,18 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
     Ok(())
 }
 
+/// Whether the `events` row is behind an older pending event of its key.
+const HELD: &str = "events.order_key IS NOT NULL AND EXISTS (
+         SELECT 1 FROM events AS o
+         WHERE o.state = 'pending' AND o.source = events.source
+           AND o.order_key = events.order_key AND o.id < events.id)";
+
 /// `at`, or NULL when the row being updated is held behind an older
-/// pending event of its key.
+/// pending event of its key. Only a row never tried is held: one waiting
+/// for a retry keeps its time (Retry-After included), and the claim's own
+/// key check keeps it back meanwhile; there is at most one such per key.
 fn unless_held(at: &str) -> String {
-    format!(
-        "CASE WHEN events.order_key IS NOT NULL AND EXISTS (
-             SELECT 1 FROM events AS o
-             WHERE o.state = 'pending' AND o.source = events.source
-               AND o.order_key = events.order_key AND o.id < events.id)
-         THEN NULL ELSE {at} END"
-    )
+    format!("CASE WHEN events.attempts = 0 AND {HELD} THEN NULL ELSE {at} END")
 }
 
 /// Gives back leases that will not be used (shutdown), undoing the attempt
@@ -290,18 +294,19 @@ pub struct ReplayFilter {
 /// that retention emptied can no longer be delivered as it was received.
 /// Never creates a row. Returns how many events were reset.
 pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Result<usize> {
-    let replayed = conn
-        .prepare_cached(
-            "UPDATE events SET state = 'pending', attempts = 0, next_attempt_at = ?4,
+    let mut update = conn.prepare_cached(
+        "UPDATE events SET state = 'pending', attempts = 0, next_attempt_at = ?4,
                            lease_until = NULL, last_error = NULL, delivered_at = NULL
          WHERE state IN ('dead', 'delivered') AND body IS NOT NULL
            AND (?1 IS NULL OR id = ?1)
            AND (?2 IS NULL OR source = ?2)
            AND (?3 IS NULL OR state = ?3)
            AND (?5 IS NULL OR received_at >= ?5)
-           AND (?6 IS NULL OR received_at < ?6)",
-        )?
-        .execute(params![
+           AND (?6 IS NULL OR received_at < ?6)
+         RETURNING source, order_key IS NOT NULL",
+    )?;
+    let mut rows = update
+        .query(params![
             filter.id,
             filter.source,
             filter.state,
@@ -310,18 +315,26 @@ pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Res
             filter.until
         ])
         .context("replaying events")?;
-    if replayed > 0 {
-        // A replayed event may now be behind an older one of its key, or
-        // ahead of the one that was its key's oldest: only the oldest of
-        // each key stays scheduled. The scan covers scheduled events only.
-        conn.prepare_cached(&format!(
-            "UPDATE events SET next_attempt_at = {}
-             WHERE state = 'pending' AND order_key IS NOT NULL
-               AND next_attempt_at IS NOT NULL",
-            unless_held("next_attempt_at")
-        ))?
-        .execute([])
-        .context("holding replayed events behind their key")?;
+    let mut replayed = 0;
+    let mut keyed_sources = std::collections::BTreeSet::new();
+    while let Some(row) = rows.next().context("replaying events")? {
+        replayed += 1;
+        if row.get::<_, bool>(1)? {
+            keyed_sources.insert(row.get::<_, String>(0)?);
+        }
+    }
+    drop(rows);
+    // A replayed event may now be behind an older one of its key, or ahead
+    // of the one that was its key's oldest: hold what is behind. Per source,
+    // over scheduled events only (held ones have no time).
+    let mut hold = conn.prepare_cached(&format!(
+        "UPDATE events SET next_attempt_at = NULL
+         WHERE state = 'pending' AND source = ?1 AND next_attempt_at IS NOT NULL
+           AND attempts = 0 AND {HELD}"
+    ))?;
+    for source in &keyed_sources {
+        hold.execute([source])
+            .context("holding replayed events behind their key")?;
     }
     Ok(replayed)
 }
@@ -497,6 +510,42 @@ mod tests {
         assert_eq!(scheduled(&conn), vec![a2, b1, free]);
         // (b1 and the free event are still leased by the first claim.)
         assert_eq!(ids(&claim(&conn, "s", 10, 900, 3000).unwrap()), vec![a2]);
+    }
+
+    #[test]
+    fn an_event_let_through_is_due_from_its_arrival_not_behind_later_ones() {
+        let mut conn = db();
+        let k1 = ingest(&mut conn, "k1", Some("K"), 0);
+        let k2 = ingest(&mut conn, "k2", Some("K"), 0);
+        for n in 1..=20 {
+            ingest(&mut conn, &format!("free{n}"), None, n);
+        }
+        assert_eq!(ids(&claim(&conn, "s", 1, 100, 200).unwrap()), vec![k1]);
+        settle(&conn, k1, 1, Settled::Delivered, 1_000);
+        assert_eq!(ids(&claim(&conn, "s", 1, 1_000, 2_000).unwrap()), vec![k2]);
+    }
+
+    #[test]
+    fn a_replay_ahead_of_a_waiting_retry_keeps_the_retry_s_time() {
+        let mut conn = db();
+        let a1 = ingest(&mut conn, "a1", Some("A"), 10);
+        let a2 = ingest(&mut conn, "a2", Some("A"), 11);
+        claim(&conn, "s", 1, 100, 200).unwrap();
+        settle(&conn, a1, 1, Settled::Dead, 100);
+        assert_eq!(ids(&claim(&conn, "s", 1, 100, 200).unwrap()), vec![a2]);
+        // a2 asked for an hour (Retry-After).
+        settle(&conn, a2, 1, Settled::Retry(3_600_100), 150);
+        let filter = ReplayFilter {
+            id: Some(a1),
+            ..ReplayFilter::default()
+        };
+        assert_eq!(replay(&conn, &filter, 200).unwrap(), 1);
+        assert_eq!(scheduled(&conn), vec![a1, a2]);
+        assert_eq!(ids(&claim(&conn, "s", 10, 200, 300).unwrap()), vec![a1]);
+        settle(&conn, a1, 1, Settled::Delivered, 250);
+        // a1 is done, yet a2 still waits out its hour.
+        assert!(claim(&conn, "s", 10, 300, 400).unwrap().is_empty());
+        assert_eq!(next_due(&conn, "s", 300).unwrap(), Some(3_600_100));
     }
 
     #[test]
