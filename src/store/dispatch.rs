@@ -23,7 +23,7 @@
 //! means is never claimed out of order.
 
 use anyhow::Context;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension as _, params};
 
 /// A claimed event, with what a destination needs to deliver it.
 #[derive(Debug, Clone)]
@@ -199,24 +199,22 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
         Settled::Dead => ("dead", None, None),
     };
     // A replay may have reset the event while this attempt ran; its own
-    // fresh attempts then own the row.
-    let settled = conn
+    // fresh attempts then own the row. `Some(keyed)` when it settled.
+    let settled: Option<bool> = conn
         .prepare_cached(&format!(
             "UPDATE events SET state = ?2, next_attempt_at = {}, delivered_at = ?4,
                                last_error = ?5, lease_until = NULL
-             WHERE id = ?1 AND attempts = ?6 AND state = 'pending'",
+             WHERE id = ?1 AND attempts = ?6 AND state = 'pending'
+             RETURNING order_key IS NOT NULL",
             unless_held("?3")
         ))?
-        .execute(params![
-            r.event_id,
-            state,
-            next,
-            delivered_at,
-            r.error,
-            r.attempt
-        ])
+        .query_row(
+            params![r.event_id, state, next, delivered_at, r.error, r.attempt],
+            |row| row.get(0),
+        )
+        .optional()
         .context("settling an event")?;
-    if settled == 1 && state != "pending" {
+    if settled == Some(true) && state != "pending" {
         // The next event of its key, if any, is now the oldest. It is due
         // from when it arrived, as if never held, so it does not queue
         // behind everything that came after it.
