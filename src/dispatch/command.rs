@@ -15,9 +15,9 @@
 //! dropped, as at the end of a shutdown grace period) kills the group too.
 //! Writing stdin, reading stdout and stderr and waiting all run at once: a
 //! child that ignores stdin, or floods its output, cannot stall hookbox.
-//! Output beyond [`EXCERPT_MAX`] bytes per stream is read and discarded. Once the child has exited, leftover output (from a
-//! grandchild still holding the pipes) is awaited for [`OUTPUT_GRACE`] at
-//! most.
+//! Output beyond [`EXCERPT_MAX`] bytes per stream is read and discarded.
+//! Once the child has exited, leftover output (from a grandchild still
+//! holding the pipes) is awaited for [`OUTPUT_GRACE`] at most.
 
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;

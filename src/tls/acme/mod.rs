@@ -14,9 +14,9 @@
 //! order is logged with the CA's reason and retried after 2 minutes,
 //! doubling up to an hour: Let's Encrypt allows five failed validations per
 //! domain an hour. The count and the next attempt are kept in the cache,
-//! so restarting does not start over (see [`backoff`]). An account the CA no longer knows is
-//! forgotten and a new one registered at once. Until the first certificate
-//! arrives, handshakes fail.
+//! so restarting does not start over (see [`backoff`]). An account the CA
+//! no longer knows is forgotten and a new one registered at once. Until the
+//! first certificate arrives, handshakes fail.
 
 mod backoff;
 mod cache;
@@ -40,7 +40,7 @@ use x509_parser::extensions::GeneralName;
 
 use super::{CertStore, provider};
 use crate::config::AcmeConfig;
-use backoff::{Backoff, MAX_RETRY, seconds_until, unix_now};
+use backoff::{Backoff, seconds_until, unix_now};
 use cache::{Cache, Pem};
 
 /// A whole order, from registering to downloading, gets this long.
@@ -49,7 +49,7 @@ const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
 const VALIDATION_TIMEOUT: Duration = Duration::from_secs(120);
 /// Sleeps towards the renewal time are at most this long, so a wall clock
 /// that jumps (or a VM that was suspended) is noticed within the hour.
-const RECHECK: Duration = MAX_RETRY;
+const RECHECK: Duration = Duration::from_secs(3600);
 
 /// The problem type of an order from an account the CA does not know.
 const ACCOUNT_DOES_NOT_EXIST: &str = "urn:ietf:params:acme:error:accountDoesNotExist";
