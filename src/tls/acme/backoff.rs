@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 /// The first retry after a failed order.
 const FIRST_RETRY: Duration = Duration::from_secs(120);
 /// The longest wait between orders.
-pub const MAX_RETRY: Duration = Duration::from_secs(3600);
+const MAX_RETRY: Duration = Duration::from_secs(3600);
 
 /// The record kept in the cache.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
