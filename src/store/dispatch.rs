@@ -446,6 +446,20 @@ mod tests {
         id
     }
 
+    /// SQLite's plan for the claim query, one step per line.
+    fn claim_plan(conn: &Connection) -> String {
+        conn.prepare(&format!(
+            "EXPLAIN QUERY PLAN SELECT e.id {} ORDER BY e.next_attempt_at LIMIT 4",
+            claimable()
+        ))
+        .unwrap()
+        .query_map(params!["s", 0], |r| r.get::<_, String>(3))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect::<Vec<_>>()
+        .join("\n")
+    }
+
     /// The events that have a time, in id order.
     fn scheduled(conn: &Connection) -> Vec<i64> {
         conn.prepare(
@@ -554,17 +568,8 @@ mod tests {
         }
         let free = ingest(&mut conn, "free", None, 5_000);
         assert_eq!(scheduled(&conn).len(), 2);
-        let plan: Vec<String> = conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN SELECT e.id {} ORDER BY e.next_attempt_at LIMIT 4",
-                claimable()
-            ))
-            .unwrap()
-            .query_map(params!["s", 0], |r| r.get::<_, String>(3))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        assert!(plan.join("\n").contains("next_attempt_at<?"), "{plan:?}");
+        let plan = claim_plan(&conn);
+        assert!(plan.contains("next_attempt_at<?"), "{plan}");
         let claimed = claim(&conn, "s", 4, 10_000, 20_000).unwrap();
         assert_eq!(claimed.len(), 2);
         assert_eq!(claimed[1].id, free);
@@ -577,19 +582,7 @@ mod tests {
         let a2 = add(&conn, "a2", Some("A"), 10);
         let a3 = add(&conn, "a3", Some("A"), 10);
         assert_eq!(ids(&claim(&conn, "s", 10, 100, 1000).unwrap()), vec![a1]);
-        let settle = |id, attempt, settled, now| {
-            let r = AttemptRecord {
-                event_id: id,
-                attempt,
-                started_at: now,
-                duration_ms: 1,
-                settled,
-                status: None,
-                error: None,
-            };
-            record(&conn, &r, now).unwrap();
-        };
-        settle(a1, 1, Settled::Dead, 100);
+        settle(&conn, a1, 1, Settled::Dead, 100);
         assert_eq!(ids(&claim(&conn, "s", 10, 100, 1000).unwrap()), vec![a2]);
         // a1 replayed while a2 is in flight: neither it nor a3 may go.
         let filter = ReplayFilter {
@@ -600,8 +593,8 @@ mod tests {
         assert!(claim(&conn, "s", 10, 200, 1000).unwrap().is_empty());
         // The lease runs out (a crashed dispatcher): a1, being older, goes.
         assert_eq!(ids(&claim(&conn, "s", 10, 1000, 2000).unwrap()), vec![a1]);
-        settle(a1, 1, Settled::Delivered, 1000);
-        settle(a2, 1, Settled::Delivered, 1000);
+        settle(&conn, a1, 1, Settled::Delivered, 1000);
+        settle(&conn, a2, 1, Settled::Delivered, 1000);
         assert_eq!(ids(&claim(&conn, "s", 10, 1000, 2000).unwrap()), vec![a3]);
     }
 
@@ -676,18 +669,7 @@ mod tests {
 
     #[test]
     fn the_claim_query_uses_the_indexes() {
-        let conn = db();
-        let plan: Vec<String> = conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN SELECT e.id {} ORDER BY e.next_attempt_at LIMIT 4",
-                claimable()
-            ))
-            .unwrap()
-            .query_map(params!["s", 0], |r| r.get::<_, String>(3))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let plan = plan.join("\n");
+        let plan = claim_plan(&db());
         assert!(plan.contains("USING INDEX events_due"), "{plan}");
         assert!(
             plan.contains("USING COVERING INDEX events_order")
