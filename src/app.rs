@@ -13,11 +13,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -30,7 +30,7 @@ use crate::edge::Edge;
 use crate::edge::sets::Refresher;
 use crate::metrics::Metrics;
 use crate::receive::Receiver;
-use crate::store::{self, Store, WriterHandle, WriterThread};
+use crate::store::{self, DatabaseLock, Store, WriterHandle, WriterThread};
 use crate::tls::Manager as TlsManager;
 use crate::{health, maintenance, notify, server};
 
@@ -38,6 +38,9 @@ use crate::{health, maintenance, notify, server};
 const WRITER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct App {
+    /// Held until the writer has stopped: no other server may open the
+    /// database meanwhile.
+    lock: DatabaseLock,
     config: Config,
     store: Store,
     writer: WriterHandle,
@@ -62,6 +65,9 @@ impl App {
 
     /// [`App::build`], with sockets systemd passed in place of binding.
     pub async fn build_with(config: Config, inherited: Inherited) -> anyhow::Result<App> {
+        // Before anything touches the database: a second server must
+        // change nothing, not even the leases the first one holds.
+        let lock = DatabaseLock::acquire(&config.server.database)?;
         let (store, writer, writer_thread) = store::open(
             &config.server.database,
             config.server.durability,
@@ -93,6 +99,7 @@ impl App {
         let admin =
             activation::listener(inherited.admin, config.server.admin_listen, "admin").await?;
         Ok(App {
+            lock,
             config,
             store,
             writer,
@@ -124,8 +131,14 @@ impl App {
     }
 
     /// Serves until `shutdown` is cancelled, then stops in order.
+    ///
+    /// Whatever happens on the way (a task that panicked, a part that
+    /// could not start), the writer is always drained and joined before
+    /// this returns, so what was answered 2xx is committed and the WAL is
+    /// checkpointed; the first failure is returned after that.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let App {
+            lock,
             config,
             store,
             writer,
@@ -138,85 +151,167 @@ impl App {
             refresher,
             tls,
         } = self;
-        let acceptor = tls.as_ref().map(TlsManager::acceptor).transpose()?;
-        let tls_task = tls.map(|t| t.spawn(shutdown.clone()));
-        let header_timeout = config.server.header_timeout;
-        let max_connections = config.server.max_connections;
-        let refresh_task = refresher.map(|r| {
-            tokio::spawn(
-                r.run(shutdown.clone())
-                    .instrument(tracing::info_span!("ip_sets")),
-            )
-        });
-        let wake = Arc::new(Notify::new());
-        let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone(), &metrics)?;
-        let upkeep = maintenance::spawn(&config, store.clone(), writer.clone(), shutdown.clone());
-        // The admin API may keep a clone of `catchup` to run a pass on demand.
-        let catchup = CatchupHandle::new(
-            &config,
-            store.clone(),
-            writer.clone(),
-            wake.clone(),
-            shutdown.clone(),
-        )?;
-        let catchup_task = tokio::spawn(catchup.clone().run(shutdown.clone()));
-        let public_router = public_router(&config, writer.clone(), wake.clone(), &metrics, edge);
-        let watchdog = tokio::spawn(notify::watchdog(writer.clone(), shutdown.clone()));
-        let admin_state = AdminState {
-            config: Arc::new(config.clone()),
-            store: store.clone(),
-            writer: writer.clone(),
-            dispatch: wake,
+        let parts = Parts {
+            config,
+            store,
+            writer,
+            public,
+            admin,
+            admin_token,
             metrics,
-            catchup,
+            edge,
+            refresher,
+            tls,
         };
-        let admin_router = admin::router(admin_state, &admin_token).merge(health_routes(writer));
-        let dispatch_task = dispatcher.map(|d| tokio::spawn(d.run(shutdown.clone())));
-        let serve = |listener, router, tls| {
-            tokio::spawn(server::serve(
-                listener,
-                router,
-                tls,
-                header_timeout,
-                max_connections,
-                shutdown.clone(),
-            ))
-        };
-        let stopping = shutdown.clone();
-        tokio::spawn(async move {
-            stopping.cancelled().await;
-            notify::stopping();
-        });
-        notify::ready();
-        let (p, a) = tokio::join!(
-            serve(public, public_router, acceptor),
-            serve(admin, admin_router, None)
-        );
-        p.context("the public listener task failed")?;
-        a.context("the admin listener task failed")?;
-        if let Some(task) = dispatch_task {
-            task.await.context("the dispatcher task failed")?;
+        // Every writer handle lives in `parts` and the tasks it starts, all
+        // gone once `serve` returns: the writer then drains and stops.
+        let served = serve(parts, shutdown.clone()).await;
+        if served.is_err() {
+            shutdown.cancel();
         }
-        catchup_task.await.context("the catch-up task failed")?;
-        if let Some(task) = refresh_task {
-            task.await.context("the IP set refresh task failed")?;
-        }
-        for task in upkeep {
-            task.await.context("a maintenance task failed")?;
-        }
-        watchdog.await.context("the watchdog task failed")?;
-        if let Some(task) = tls_task {
-            task.await.context("the TLS certificate task failed")?;
-        }
-        // Every writer handle lived in the routers and the dispatcher, which
-        // are gone: the writer now drains its queue and stops.
         let joined = tokio::task::spawn_blocking(move || writer_thread.join());
         match tokio::time::timeout(WRITER_STOP_TIMEOUT, joined).await {
             Ok(_) => tracing::info!("stopped"),
             Err(_) => tracing::error!("the writer did not stop within {WRITER_STOP_TIMEOUT:?}"),
         }
-        Ok(())
+        drop(lock);
+        served
     }
+}
+
+/// What [`App::run`] serves with, apart from the writer thread and the lock.
+struct Parts {
+    config: Config,
+    store: Store,
+    writer: WriterHandle,
+    public: TcpListener,
+    admin: TcpListener,
+    admin_token: Secret,
+    metrics: Arc<Metrics>,
+    edge: Arc<Edge>,
+    refresher: Option<Refresher>,
+    tls: Option<TlsManager>,
+}
+
+/// Starts every part, serves until `shutdown`, and waits for all of them.
+///
+/// What can fail is built before any task starts, so an early error leaves
+/// no task holding a writer handle. Once started, every task is awaited
+/// even when one has failed, and a failed one stops the others: a server
+/// whose dispatcher panicked must not go on answering 202.
+async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let Parts {
+        config,
+        store,
+        writer,
+        public,
+        admin,
+        admin_token,
+        metrics,
+        edge,
+        refresher,
+        tls,
+    } = parts;
+    let acceptor = tls.as_ref().map(TlsManager::acceptor).transpose()?;
+    let wake = Arc::new(Notify::new());
+    let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone(), &metrics)?;
+    // The admin API may keep a clone of `catchup` to run a pass on demand.
+    let catchup = CatchupHandle::new(
+        &config,
+        store.clone(),
+        writer.clone(),
+        wake.clone(),
+        shutdown.clone(),
+    )?;
+    let header_timeout = config.server.header_timeout;
+    let max_connections = config.server.max_connections;
+    let mut tasks: Vec<(&str, JoinHandle<()>)> = Vec::new();
+    if let Some(tls) = tls {
+        tasks.push(("the TLS certificate task", tls.spawn(shutdown.clone())));
+    }
+    if let Some(r) = refresher {
+        let run = r.run(shutdown.clone());
+        let run = run.instrument(tracing::info_span!("ip_sets"));
+        tasks.push(("the IP set refresh task", supervise(&shutdown, run)));
+    }
+    for task in maintenance::spawn(&config, store.clone(), writer.clone(), shutdown.clone()) {
+        tasks.push(("a maintenance task", task));
+    }
+    let catchup_run = catchup.clone().run(shutdown.clone());
+    tasks.push(("the catch-up task", supervise(&shutdown, catchup_run)));
+    let public_router = public_router(&config, writer.clone(), wake.clone(), &metrics, edge);
+    let watchdog = notify::watchdog(writer.clone(), shutdown.clone());
+    tasks.push(("the watchdog task", supervise(&shutdown, watchdog)));
+    let admin_state = AdminState {
+        config: Arc::new(config.clone()),
+        store: store.clone(),
+        writer: writer.clone(),
+        dispatch: wake,
+        metrics,
+        catchup,
+    };
+    let admin_router = admin::router(admin_state, &admin_token).merge(health_routes(writer));
+    if let Some(d) = dispatcher {
+        let run = d.run(shutdown.clone());
+        tasks.push(("the dispatcher task", supervise(&shutdown, run)));
+    }
+    let listen = |listener, router, tls| {
+        // A listener stops only at shutdown; if one ends otherwise (a
+        // panic), the whole server stops rather than serve half.
+        let stop_all = shutdown.clone().drop_guard();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            server::serve(
+                listener,
+                router,
+                tls,
+                header_timeout,
+                max_connections,
+                shutdown,
+            )
+            .await;
+            drop(stop_all);
+        })
+    };
+    // Listeners first: awaiting them is what waits for shutdown.
+    tasks.insert(0, ("the admin listener", listen(admin, admin_router, None)));
+    tasks.insert(
+        0,
+        (
+            "the public listener",
+            listen(public, public_router, acceptor),
+        ),
+    );
+    let stopping = shutdown.clone();
+    tokio::spawn(async move {
+        stopping.cancelled().await;
+        notify::stopping();
+    });
+    notify::ready();
+    let mut failed = None;
+    for (what, task) in tasks {
+        if let Err(e) = task.await {
+            // Stop the rest, so awaiting them ends.
+            shutdown.cancel();
+            let e = anyhow::Error::new(e).context(format!("{what} failed"));
+            tracing::error!(error = %format!("{e:#}"), "stopping hookbox");
+            failed.get_or_insert(e);
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Spawns `task`; if it ends other than by returning (a panic), `shutdown`
+/// is cancelled so that the rest of the server stops too.
+fn supervise(
+    shutdown: &CancellationToken,
+    task: impl Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    let stop_all = shutdown.clone().drop_guard();
+    tokio::spawn(async move {
+        task.await;
+        stop_all.disarm();
+    })
 }
 
 /// The public listener: the receiver and the health checks, nothing else.

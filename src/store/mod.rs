@@ -14,6 +14,7 @@ pub mod dispatch;
 mod ingest;
 pub mod ip_sets;
 pub mod listing;
+pub mod lock;
 pub mod models;
 pub mod queries;
 mod recent;
@@ -34,6 +35,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::config::Durability;
 use crate::metrics::WriterMetrics;
+pub use lock::DatabaseLock;
 pub use writer::{StoreError, WriterHandle};
 
 /// How long a reader waits for a lock before giving up.
@@ -86,6 +88,7 @@ pub fn open(
         },
         poisoned,
         recent,
+        progress: Arc::default(),
     };
     let (writer, join) = writer::spawn(conn, helpers, queue, path)?;
     let manager = SqliteConnectionManager::file(path)

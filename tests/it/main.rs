@@ -17,6 +17,7 @@ mod helpers;
 mod hostile;
 mod load;
 mod metrics;
+mod one_server;
 mod quick_start;
 mod read_only;
 mod receive;
