@@ -31,12 +31,27 @@ fn send(state: &[NotifyState]) {
 }
 
 /// Feeds the watchdog at half its interval for as long as the writer
-/// answers, if systemd asked for one (`WatchdogSec=`).
+/// is alive, if systemd asked for one (`WatchdogSec=`).
 pub async fn watchdog(writer: WriterHandle, shutdown: CancellationToken) {
     let Some(interval) = sd_notify::watchdog_enabled() else {
         return;
     };
     let period = (interval / 2).max(Duration::from_millis(100));
+    keep_fed(&writer, period, &shutdown, || {
+        send(&[NotifyState::Watchdog])
+    })
+    .await;
+}
+
+/// Calls `feed` every `period` that the writer shows it is alive
+/// ([`WriterHandle::heartbeat`]): it commits a ping, or other groups, within
+/// the period. A full queue is not a dead writer: the ping waits for room.
+pub async fn keep_fed(
+    writer: &WriterHandle,
+    period: Duration,
+    shutdown: &CancellationToken,
+    mut feed: impl FnMut(),
+) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -44,12 +59,83 @@ pub async fn watchdog(writer: WriterHandle, shutdown: CancellationToken) {
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match tokio::time::timeout(period, writer.ping()).await {
-            Ok(Ok(())) => send(&[NotifyState::Watchdog]),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the writer cannot commit; not feeding the watchdog")
+        let alive = tokio::select! {
+            () = shutdown.cancelled() => return,
+            alive = writer.heartbeat(period) => alive,
+        };
+        match alive {
+            Ok(()) => feed(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the writer is not committing; not feeding the watchdog")
             }
-            Err(_) => tracing::warn!("the writer did not answer in time; not feeding the watchdog"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::config::Durability;
+    use crate::store::StoreError;
+    use crate::store::retention::{Prune, PruneBatch};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_whose_queue_a_retry_storm_keeps_full_is_still_fed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, writer, thread) =
+            crate::store::open(&dir.path().join("hookbox.db"), Durability::Full, 4).unwrap();
+        let stop = CancellationToken::new();
+        // Many more writers than the queue has room for, each sending again
+        // as soon as it is answered (as dispatch lanes recording outcomes
+        // do): the queue never has a free slot for long.
+        let storm: Vec<_> = (0..64)
+            .map(|_| {
+                let (writer, stop) = (writer.clone(), stop.clone());
+                tokio::spawn(async move {
+                    while !stop.is_cancelled() {
+                        let batch = PruneBatch {
+                            what: Prune::Rows,
+                            ids: Vec::new(),
+                            before: 0,
+                        };
+                        writer.prune(batch).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            matches!(writer.ping().await, Err(StoreError::Overloaded)),
+            "the storm fills the queue"
+        );
+
+        let feeds = Arc::new(AtomicUsize::new(0));
+        let fed = feeds.clone();
+        let watching = stop.child_token();
+        let dog = {
+            let (writer, watching) = (writer.clone(), watching.clone());
+            tokio::spawn(async move {
+                keep_fed(&writer, Duration::from_millis(100), &watching, || {
+                    fed.fetch_add(1, Ordering::Relaxed);
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(1050)).await;
+        watching.cancel();
+        dog.await.unwrap();
+        let fed = feeds.load(Ordering::Relaxed);
+        // A tick every 100 ms for a second; a slow machine may miss a few.
+        assert!(fed >= 6, "fed {fed} times in 1 s");
+
+        stop.cancel();
+        for task in storm {
+            task.await.unwrap();
+        }
+        drop(writer);
+        thread.join();
     }
 }

@@ -21,7 +21,7 @@
 //! and checkpointed the WAL.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -145,6 +145,9 @@ pub struct WriterHandle {
     /// each check is a commit, so a success is reused for a moment. A
     /// failure is not: recovery shows at once.
     ready_cache: Arc<Mutex<Option<Instant>>>,
+    /// Groups committed so far: a writer whose count moves is alive, even
+    /// when its queue is too full to take a ping.
+    progress: Arc<AtomicU64>,
 }
 
 impl WriterHandle {
@@ -168,6 +171,30 @@ impl WriterHandle {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Ping { reply })?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Whether the writer is alive, for the watchdog: a ping commits within
+    /// `within`, or the writer commits other groups meanwhile. Unlike
+    /// [`Self::ping`] it waits for room in the queue: during a retry storm
+    /// the queue is full because the writer is busy, and a busy writer is
+    /// alive.
+    pub async fn heartbeat(&self, within: Duration) -> Result<(), StoreError> {
+        let before = self.progress.load(Ordering::Relaxed);
+        let ping = async {
+            let (reply, rx) = oneshot::channel();
+            self.tx
+                .send(WriteCmd::Ping { reply })
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            rx.await.map_err(|_| StoreError::Closed)?
+        };
+        match tokio::time::timeout(within, ping).await {
+            Ok(answer) => answer,
+            Err(_) if self.progress.load(Ordering::Relaxed) != before => Ok(()),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "the writer committed nothing in {within:?}"
+            ))),
+        }
     }
 
     /// Whether the store can take events: a ping commits, and the disk has
@@ -310,6 +337,8 @@ pub struct Helpers {
     /// promised, so every command is refused until hookbox restarts.
     pub poisoned: Arc<AtomicBool>,
     pub recent: Arc<RecentKeys>,
+    /// Counts committed groups (see [`WriterHandle::heartbeat`]).
+    pub progress: Arc<AtomicU64>,
 }
 
 /// Starts the writer thread on `conn`, with room for `queue` waiting commands.
@@ -322,6 +351,7 @@ pub fn spawn(
     let (tx, rx) = mpsc::channel(queue);
     let recent = helpers.recent.clone();
     let poisoned = helpers.poisoned.clone();
+    let progress = helpers.progress.clone();
     let file = FileIdentity::of(db)?;
     let join = std::thread::Builder::new()
         .name("store-writer".into())
@@ -338,6 +368,7 @@ pub fn spawn(
             dir: Arc::new(dir),
             poisoned,
             ready_cache: Arc::default(),
+            progress,
         },
         join,
     ))
@@ -429,6 +460,7 @@ impl Writer {
         match applied {
             Ok(results) => {
                 self.recovered();
+                self.helpers.progress.fetch_add(1, Ordering::Relaxed);
                 self.helpers.checkpointer.0.nudge();
                 let recent = &self.helpers.recent;
                 let mut durable = Vec::new();
