@@ -99,6 +99,17 @@ CREATE TABLE redelivery_requests (
     error        TEXT
 );
 CREATE INDEX redelivery_requests_guid ON redelivery_requests (source, guid);
+CREATE INDEX redelivery_requests_run ON redelivery_requests (run_id);
+
+-- What retention pruned of the catch-up log, counted so the metrics that
+-- count runs and requests never go back (since version 7).
+CREATE TABLE catchup_pruned (
+    kind   TEXT    NOT NULL,   -- runs | redeliveries
+    source TEXT    NOT NULL,
+    label  TEXT    NOT NULL,   -- the job (runs) or the outcome (redeliveries)
+    n      INTEGER NOT NULL,
+    PRIMARY KEY (kind, source, label)
+) WITHOUT ROWID;
 
 -- Locks that keep a running server and the CLI from running one job at
 -- once. A lock whose expires_at has passed is free (its holder died).

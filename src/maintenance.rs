@@ -58,12 +58,15 @@ async fn run_retention(
         let started = Instant::now();
         let cutoffs = Cutoffs::at(crate::clock::now_ms(), config.body_days, config.key_days);
         match retention::run_once(&store, &writer, cutoffs, &shutdown).await {
-            Ok(r) if r.rows_deleted + r.bodies_dropped > 0 => tracing::info!(
-                rows_deleted = r.rows_deleted,
-                bodies_dropped = r.bodies_dropped,
-                duration_ms = started.elapsed().as_millis() as u64,
-                "retention removed expired events and bodies"
-            ),
+            Ok(r) if r.rows_deleted + r.bodies_dropped + r.catchup_runs_deleted > 0 => {
+                tracing::info!(
+                    rows_deleted = r.rows_deleted,
+                    bodies_dropped = r.bodies_dropped,
+                    catchup_runs_deleted = r.catchup_runs_deleted,
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    "retention removed expired events, bodies and catch-up runs"
+                )
+            }
             Ok(_) => tracing::debug!("retention found nothing expired"),
             Err(e) => tracing::warn!(
                 error = format!("{e:#}"),

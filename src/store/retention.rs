@@ -9,6 +9,13 @@
 //!   `received_at`, since it is never delivered.
 //! * `pending` and `dead` events are never touched by retention. Dead rows
 //!   stay until replayed or purged (`hookbox purge --dead --older-than`).
+//! * The catch-up log (`catchup_runs`, and with each run the redelivery
+//!   requests it made) keeps finished runs for `retention.key_days`, but
+//!   never less than [`LOG_FLOOR_DAYS`]: GitLab catch-up reads a week back,
+//!   and GitHub's asks whether a GUID was already asked for in its 3 days.
+//!   The last run of each job stays whatever its age (stats show it), and
+//!   what goes is added to `catchup_pruned`, so the metrics that count runs
+//!   and requests never go back.
 //!
 //! Retention runs in the server, in small batches: a read-only connection
 //! walks the table in id order to find candidates (off the writer, so a
@@ -39,6 +46,9 @@ pub const BATCH: usize = 500;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// The catch-up log is kept at least this long, whatever `key_days` says.
+pub const LOG_FLOOR_DAYS: i64 = 7;
+
 /// What a batch does to its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prune {
@@ -46,6 +56,8 @@ pub enum Prune {
     Rows,
     /// Set `body = NULL` (past `body_days`).
     Bodies,
+    /// Delete finished catch-up runs and their requests, counting them.
+    CatchupRuns,
 }
 
 /// Rows the writer is to prune, each re-checked against `before` (unix ms).
@@ -69,16 +81,24 @@ pub struct Pruned {
 pub struct Cutoffs {
     pub body_before: i64,
     pub key_before: i64,
+    /// Catch-up runs that started before this go.
+    pub log_before: i64,
 }
 
 impl Cutoffs {
     pub fn at(now_ms: i64, body_days: u32, key_days: u32) -> Cutoffs {
+        let key_before = now_ms - i64::from(key_days) * DAY_MS;
         Cutoffs {
             body_before: now_ms - i64::from(body_days) * DAY_MS,
-            key_before: now_ms - i64::from(key_days) * DAY_MS,
+            key_before,
+            log_before: key_before.min(now_ms - LOG_FLOOR_DAYS * DAY_MS),
         }
     }
 }
+
+/// A finished catch-up run that is not its job's last.
+const RUN_EXPIRED: &str = "started_at < ?2 AND finished_at IS NOT NULL
+    AND id NOT IN (SELECT max(id) FROM catchup_runs GROUP BY source, job)";
 
 /// Delivered rows count from delivery, stored rows from arrival.
 const EXPIRED: &str = "((state = 'delivered' AND delivered_at < ?2)
@@ -92,16 +112,21 @@ pub fn candidates(
     after_id: i64,
     limit: usize,
 ) -> anyhow::Result<Vec<i64>> {
-    let extra = match what {
-        Prune::Rows => "",
-        Prune::Bodies => "AND body IS NOT NULL",
+    let sql = match what {
+        Prune::Rows => {
+            format!("SELECT id FROM events WHERE id > ?1 AND {EXPIRED} ORDER BY id LIMIT ?3")
+        }
+        Prune::Bodies => format!(
+            "SELECT id FROM events WHERE id > ?1 AND {EXPIRED} AND body IS NOT NULL ORDER BY id LIMIT ?3"
+        ),
+        Prune::CatchupRuns => format!(
+            "SELECT id FROM catchup_runs WHERE id > ?1 AND {RUN_EXPIRED} ORDER BY id LIMIT ?3"
+        ),
     };
-    conn.prepare_cached(&format!(
-        "SELECT id FROM events WHERE id > ?1 AND {EXPIRED} {extra} ORDER BY id LIMIT ?3"
-    ))?
-    .query_map(params![after_id, before, limit as i64], |r| r.get(0))?
-    .collect::<rusqlite::Result<Vec<i64>>>()
-    .context("finding rows past retention")
+    conn.prepare_cached(&sql)?
+        .query_map(params![after_id, before, limit as i64], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()
+        .context("finding rows past retention")
 }
 
 /// Applies a batch inside the writer's transaction, re-checking each row.
@@ -130,6 +155,34 @@ pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
                     .context("dropping an expired body")?;
             }
         }
+        Prune::CatchupRuns => {
+            let mut count_requests = conn.prepare_cached(&format!(
+                "INSERT INTO catchup_pruned (kind, source, label, n)
+                 SELECT 'redeliveries', source, outcome, count(*) FROM redelivery_requests
+                 WHERE run_id = ?1 AND EXISTS (SELECT 1 FROM catchup_runs WHERE id = ?1 AND {RUN_EXPIRED})
+                 GROUP BY source, outcome
+                 ON CONFLICT (kind, source, label) DO UPDATE SET n = n + excluded.n"
+            ))?;
+            let mut count_run = conn.prepare_cached(&format!(
+                "INSERT INTO catchup_pruned (kind, source, label, n)
+                 SELECT 'runs', source, job, 1 FROM catchup_runs WHERE id = ?1 AND {RUN_EXPIRED}
+                 ON CONFLICT (kind, source, label) DO UPDATE SET n = n + 1"
+            ))?;
+            // Its requests go with it (ON DELETE CASCADE).
+            let mut delete = conn.prepare_cached("DELETE FROM catchup_runs WHERE id = ?1")?;
+            for id in &batch.ids {
+                count_requests
+                    .execute(params![id, batch.before])
+                    .context("counting a pruned run's redelivery requests")?;
+                if count_run
+                    .execute(params![id, batch.before])
+                    .context("counting a pruned catch-up run")?
+                    == 1
+                {
+                    pruned.rows += delete.execute([id]).context("deleting a catch-up run")?;
+                }
+            }
+        }
     }
     Ok(pruned)
 }
@@ -139,6 +192,7 @@ pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
 pub struct RetentionReport {
     pub rows_deleted: usize,
     pub bodies_dropped: usize,
+    pub catchup_runs_deleted: usize,
 }
 
 /// One retention run: deletes expired rows, then drops expired bodies,
@@ -154,6 +208,7 @@ pub async fn run_once(
     for (what, before) in [
         (Prune::Rows, cutoffs.key_before),
         (Prune::Bodies, cutoffs.body_before),
+        (Prune::CatchupRuns, cutoffs.log_before),
     ] {
         let mut after = 0;
         while !shutdown.is_cancelled() {
@@ -169,6 +224,7 @@ pub async fn run_once(
             match what {
                 Prune::Rows => report.rows_deleted += n,
                 Prune::Bodies => report.bodies_dropped += n,
+                Prune::CatchupRuns => report.catchup_runs_deleted += n,
             }
         }
     }
@@ -372,6 +428,72 @@ mod tests {
         assert_eq!(gone, 0);
         assert_eq!(purge_dead(&mut conn, 500, None).unwrap(), 1);
         assert_eq!(purge_dead(&mut conn, 500, None).unwrap(), 0);
+    }
+
+    /// A run of `job` on source `g`, with one request per outcome given.
+    fn run(conn: &Connection, job: &str, started: i64, finished: bool, outcomes: &[&str]) -> i64 {
+        conn.execute(
+            "INSERT INTO catchup_runs (source, job, started_at, finished_at)
+             VALUES ('g', ?1, ?2, CASE WHEN ?3 THEN ?2 END)",
+            params![job, started, finished],
+        )
+        .unwrap();
+        let id = conn.last_insert_rowid();
+        for outcome in outcomes {
+            conn.execute(
+                "INSERT INTO redelivery_requests (run_id, source, guid, attempt_id, requested_at, outcome)
+                 VALUES (?1, 'g', 'guid', 1, ?2, ?3)",
+                params![id, started, outcome],
+            )
+            .unwrap();
+        }
+        id
+    }
+
+    #[test]
+    fn old_finished_catchup_runs_go_with_their_requests_and_the_counts_stay() {
+        let conn = db();
+        let old = run(&conn, "github_redelivery", 100, true, &["asked", "failed"]);
+        let unfinished = run(&conn, "github_redelivery", 110, false, &[]);
+        let recent = run(&conn, "github_redelivery", 900, true, &["asked"]);
+        let other_old = run(&conn, "stripe_backfill", 120, true, &[]);
+        let last_of_its_job = run(&conn, "stripe_backfill", 130, true, &["asked"]);
+        let before = crate::store::queries::metrics_snapshot(&conn).unwrap();
+
+        let pruned = prune_all(&conn, Prune::CatchupRuns, 500);
+        assert_eq!(pruned.rows, 2);
+        let left: Vec<i64> = conn
+            .prepare("SELECT id FROM catchup_runs ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(left, [unfinished, recent, last_of_its_job]);
+        assert!(!left.contains(&old) && !left.contains(&other_old));
+        let requests: i64 = conn
+            .query_row("SELECT count(*) FROM redelivery_requests", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(requests, 2, "the old run's requests went with it");
+
+        let after = crate::store::queries::metrics_snapshot(&conn).unwrap();
+        let sorted = |mut v: Vec<(String, String, i64)>| {
+            v.sort();
+            v
+        };
+        assert_eq!(sorted(after.catchup_runs), sorted(before.catchup_runs));
+        assert_eq!(sorted(after.redeliveries), sorted(before.redeliveries));
+        assert!(prune_all(&conn, Prune::CatchupRuns, 500).keys.is_empty());
+        assert_eq!(prune_all(&conn, Prune::CatchupRuns, 500).rows, 0);
+    }
+
+    #[test]
+    fn the_catchup_log_outlives_a_short_key_window() {
+        let now = 100 * DAY_MS;
+        let c = Cutoffs::at(now, 1, 1);
+        assert_eq!(c.key_before, now - DAY_MS);
+        assert_eq!(c.log_before, now - LOG_FLOOR_DAYS * DAY_MS);
+        assert_eq!(Cutoffs::at(now, 7, 30).log_before, now - 30 * DAY_MS);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_dead_index.sql"),
     include_str!("migrations/0005_leased_index.sql"),
     include_str!("migrations/0006_hold_behind_key.sql"),
+    include_str!("migrations/0007_catchup_log_retention.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -78,6 +79,17 @@ mod tests {
             .collect()
     }
 
+    /// A database as the release at `version` created it.
+    fn at_version(version: i64) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(V1).unwrap();
+        for sql in &MIGRATIONS[..(version - 1) as usize] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", version).unwrap();
+        conn
+    }
+
     #[test]
     fn an_upgraded_database_has_the_schema_of_a_new_one() {
         let mut old = Connection::open_in_memory().unwrap();
@@ -100,15 +112,13 @@ mod tests {
 
     #[test]
     fn version_6_holds_the_backlog_of_each_key_behind_its_oldest() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        apply(&mut conn).unwrap();
+        let mut conn = at_version(5);
         // As version 5 left them: every pending event scheduled.
         conn.execute_batch(
             "INSERT INTO events (source, delivery_id, order_key, received_at, state, next_attempt_at)
              VALUES ('s', 'a1', 'A', 1, 'pending', 1), ('s', 'a2', 'A', 2, 'pending', 2),
                     ('s', 'b1', 'B', 3, 'pending', 3), ('s', 'n', NULL, 4, 'pending', 4),
-                    ('t', 'a1', 'A', 5, 'pending', 5), ('s', 'a0', 'A', 0, 'dead', NULL);
-             PRAGMA user_version = 5;",
+                    ('t', 'a1', 'A', 5, 'pending', 5), ('s', 'a0', 'A', 0, 'dead', NULL);",
         )
         .unwrap();
         apply(&mut conn).unwrap();
@@ -123,6 +133,23 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         assert_eq!(scheduled, ["s/a1", "s/b1", "s/n", "t/a1"]);
+    }
+
+    #[test]
+    fn version_7_keeps_every_catchup_run_and_request() {
+        let mut conn = at_version(6);
+        conn.execute_batch(
+            "INSERT INTO catchup_runs (id, source, job, started_at, finished_at)
+             VALUES (1, 'g', 'github_redelivery', 1, 2), (2, 'g', 'github_redelivery', 3, NULL);
+             INSERT INTO redelivery_requests (run_id, source, guid, attempt_id, requested_at, outcome)
+             VALUES (1, 'g', 'a', 10, 1, 'asked'), (1, 'g', 'b', 11, 1, 'failed');",
+        )
+        .unwrap();
+        apply(&mut conn).unwrap();
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT count(*) FROM catchup_runs"), 2);
+        assert_eq!(count("SELECT count(*) FROM redelivery_requests"), 2);
+        assert_eq!(count("SELECT count(*) FROM catchup_pruned"), 0);
     }
 
     #[test]

@@ -160,10 +160,21 @@ pub fn metrics_snapshot(conn: &Connection) -> anyhow::Result<MetricsSnapshot> {
     Ok(MetricsSnapshot {
         pending: pending(conn)?,
         dead,
-        catchup_runs: pairs("SELECT source, job, count(*) FROM catchup_runs GROUP BY source, job")?,
+        // Kept rows plus what retention pruned: these are counters.
+        catchup_runs: pairs(
+            "SELECT source, job, sum(n) FROM (
+                 SELECT source, job, count(*) AS n FROM catchup_runs GROUP BY source, job
+                 UNION ALL
+                 SELECT source, label, n FROM catchup_pruned WHERE kind = 'runs')
+             GROUP BY source, job",
+        )?,
         catchup_last_success: pairs("SELECT source, job, last_success_at FROM catchup_state")?,
         redeliveries: pairs(
-            "SELECT source, outcome, count(*) FROM redelivery_requests GROUP BY source, outcome",
+            "SELECT source, outcome, sum(n) FROM (
+                 SELECT source, outcome, count(*) AS n FROM redelivery_requests GROUP BY source, outcome
+                 UNION ALL
+                 SELECT source, label, n FROM catchup_pruned WHERE kind = 'redeliveries')
+             GROUP BY source, outcome",
         )?,
     })
 }
