@@ -716,9 +716,20 @@ fn validate_hmac(h: &RawHmac, at: &str, problems: &mut Vec<String>) -> Option<Hm
     });
     let signed_payload = match parse_template(&template) {
         Ok(parts) => {
-            if parts.contains(&PayloadPart::Timestamp) && h.timestamp_header.is_none() {
+            let signs_timestamp = parts.contains(&PayloadPart::Timestamp);
+            if signs_timestamp && h.timestamp_header.is_none() {
                 problems.push(format!(
                     "{at}.signed_payload: uses {{timestamp}} but no timestamp_header is set"
+                ));
+            }
+            // A timestamp that is checked but not signed can be replaced
+            // by anyone replaying a captured request: the window would
+            // only look like replay protection.
+            if !signs_timestamp && h.timestamp_header.is_some() {
+                problems.push(format!(
+                    "{at}.signed_payload: must include {{timestamp}} when timestamp_header is set, \
+                     or a replayed request passes with a fresh timestamp (leave timestamp_header \
+                     out if the sender does not sign one)"
                 ));
             }
             parts

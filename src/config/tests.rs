@@ -757,3 +757,33 @@ fn a_refused_duration_shows_the_value_and_the_maximum() {
         ["sources[0] (\"github\").deliver.timeout: 40000000000years is over the maximum of 1h"]
     );
 }
+
+#[test]
+fn a_timestamp_header_needs_the_timestamp_in_the_signed_payload() {
+    let source = |extra: &str| {
+        format!(
+            "[[sources]]\nname = \"custom\"\nkind = \"hmac\"\nsecrets = [\"s\"]\n\
+             [sources.hmac]\nheader = \"X-Signature\"\n{extra}"
+        )
+    };
+    let err = load_str(&source(
+        "timestamp_header = \"X-Timestamp\"\nsigned_payload = \"v1:{body}\"\n",
+    ))
+    .unwrap_err();
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert!(
+        err.problems[0].starts_with(
+            "sources[0] (\"custom\").hmac.signed_payload: must include {timestamp} when timestamp_header is set"
+        ),
+        "{err}"
+    );
+    // Signed, or not checked at all: both say what they do.
+    for fine in [
+        "timestamp_header = \"X-Timestamp\"\n",
+        "timestamp_header = \"X-Timestamp\"\nsigned_payload = \"{body}|{timestamp}\"\n",
+        "signed_payload = \"{body}\"\n",
+        "",
+    ] {
+        load_str(&source(fine)).unwrap_or_else(|e| panic!("{fine}: {e}"));
+    }
+}
