@@ -70,7 +70,7 @@ pub async fn run(ctx: &mut RunCtx<'_>, cfg: &GithubRedeliveryConfig) -> anyhow::
         })
         .await?;
     let start = last
-        .map(|at| at - cfg.overlap.as_millis() as i64)
+        .map(|at| at.saturating_sub(i64::try_from(cfg.overlap.as_millis()).unwrap_or(i64::MAX)))
         .unwrap_or(floor)
         .max(floor);
     ctx.report.window_start = Some(start);

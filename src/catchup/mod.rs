@@ -386,9 +386,11 @@ async fn schedule(runner: Arc<Runner>, job: Job, shutdown: CancellationToken) {
         .read(move |conn| sql::last_success(conn, &source, name))
         .await;
     let now = clock::now_ms();
+    let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX);
     let mut next = match last {
-        Ok(Some(at)) if now - at < interval.as_millis() as i64 => {
-            let wait = Duration::from_millis((at + interval.as_millis() as i64 - now) as u64);
+        Ok(Some(at)) if now.saturating_sub(at) < interval_ms => {
+            let due = at.saturating_add(interval_ms).saturating_sub(now);
+            let wait = Duration::from_millis(u64::try_from(due).unwrap_or(0));
             Instant::now() + wait + jitter(interval)
         }
         Ok(_) => Instant::now(),

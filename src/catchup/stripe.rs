@@ -70,7 +70,7 @@ pub async fn run(ctx: &mut RunCtx<'_>, cfg: &StripeBackfillConfig) -> anyhow::Re
         (a, b) => a.or(b),
     };
     let start = anchor
-        .map(|a| a - cfg.overlap.as_secs() as i64)
+        .map(|a| a.saturating_sub(i64::try_from(cfg.overlap.as_secs()).unwrap_or(i64::MAX)))
         .unwrap_or(floor)
         .max(floor);
     ctx.report.window_start = Some(start * 1000);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Secret, duration, secret};
+use super::{Secret, duration, limits, secret};
 
 pub const GITHUB_API: &str = "https://api.github.com";
 pub const STRIPE_API: &str = "https://api.stripe.com";
@@ -186,10 +186,9 @@ pub fn validate_github(
 ) -> Option<GithubRedeliveryConfig> {
     let before = problems.len();
     let target = github_target(raw, at, problems);
-    check_timing(raw.interval, raw.overlap, at, problems);
-    if raw.pace > Duration::from_secs(60) {
-        problems.push(format!("{at}.pace: at most 60s"));
-    }
+    limits::GITHUB_INTERVAL.check(at, raw.interval, problems);
+    limits::GITHUB_OVERLAP.check(at, raw.overlap, problems);
+    limits::GITHUB_PACE.check(at, raw.pace, problems);
     let api_url = check_api_url(&raw.api_url, at, problems);
     for (j, t) in raw.event_types.iter().enumerate() {
         if t.trim().is_empty() {
@@ -324,7 +323,8 @@ pub fn validate_stripe(
 ) -> Option<StripeBackfillConfig> {
     let before = problems.len();
     let api_key = resolve(&raw.api_key, &format!("{at}.api_key"), problems);
-    check_timing(raw.interval, raw.overlap, at, problems);
+    limits::STRIPE_INTERVAL.check(at, raw.interval, problems);
+    limits::STRIPE_OVERLAP.check(at, raw.overlap, problems);
     let api_url = check_api_url(&raw.api_url, at, problems);
     (problems.len() == before).then(|| StripeBackfillConfig {
         api_key: api_key.expect("no problems means the key resolved"),
@@ -338,15 +338,6 @@ fn resolve(reference: &str, at: &str, problems: &mut Vec<String>) -> Option<Secr
     secret::resolve(reference)
         .map_err(|why| problems.push(format!("{at} ({}): {why}", secret::describe(reference))))
         .ok()
-}
-
-fn check_timing(interval: Duration, overlap: Duration, at: &str, problems: &mut Vec<String>) {
-    if interval < Duration::from_secs(1) {
-        problems.push(format!("{at}.interval: at least 1s"));
-    }
-    if overlap > Duration::from_secs(24 * 3600) {
-        problems.push(format!("{at}.overlap: at most 24h"));
-    }
 }
 
 /// An http(s) base URL, returned without its trailing `/`.

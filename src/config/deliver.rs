@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{duration, secret};
+use super::{duration, limits, secret};
 
 /// The `deliver` table as written.
 #[derive(Clone, Deserialize, Serialize)]
@@ -139,15 +139,11 @@ pub fn validate(raw: &RawDeliver, at: &str, problems: &mut Vec<String>) -> Optio
             None
         }
     };
-    if raw.timeout.is_zero() {
-        problems.push(format!("{at}.timeout: must be longer than 0s"));
-    }
-    if raw.max_attempts == 0 {
-        problems.push(format!("{at}.max_attempts: must be at least 1"));
-    }
-    if raw.concurrency == 0 {
-        problems.push(format!("{at}.concurrency: must be at least 1"));
-    }
+    limits::DELIVER_TIMEOUT.check(at, raw.timeout, problems);
+    limits::DELIVER_MAX_ATTEMPTS.check(at, raw.max_attempts, problems);
+    limits::DELIVER_BACKOFF_BASE.check(at, raw.backoff_base, problems);
+    limits::DELIVER_BACKOFF_CAP.check(at, raw.backoff_cap, problems);
+    limits::DELIVER_CONCURRENCY.check(at, raw.concurrency, problems);
     if raw.backoff_base > raw.backoff_cap {
         problems.push(format!(
             "{at}.backoff_base: must not be longer than backoff_cap ({})",

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::{RawServer, duration};
+use super::{RawServer, duration, limits};
 
 /// GitHub's meta API; its `hooks` key lists the webhook source ranges.
 pub const GITHUB_META_URL: &str = "https://api.github.com/meta";
@@ -127,9 +127,7 @@ pub fn validate(edge: &RawEdge, server: &RawServer, problems: &mut Vec<String>) 
             Err(why) => problems.push(format!("server.trusted_proxies[{i}]: {why}")),
         }
     }
-    if server.max_connections == 0 {
-        problems.push("server.max_connections: must be greater than 0".to_owned());
-    }
+    limits::MAX_CONNECTIONS.check("server", server.max_connections, problems);
     for (key, url) in [
         ("edge.github_meta_url", &edge.github_meta_url),
         ("edge.stripe_ips_url", &edge.stripe_ips_url),
@@ -138,21 +136,11 @@ pub fn validate(edge: &RawEdge, server: &RawServer, problems: &mut Vec<String>) 
             problems.push(format!("{key}: {url:?} is not an http(s) URL"));
         }
     }
-    for (key, d) in [
-        ("edge.refresh", edge.refresh),
-        ("edge.failure_window", edge.failure_window),
-        ("edge.block_for", edge.block_for),
-    ] {
-        if d.is_zero() {
-            problems.push(format!("{key}: must be longer than 0s"));
-        }
-    }
-    if edge.refresh < Duration::from_secs(60) && !edge.refresh.is_zero() {
-        problems.push("edge.refresh: at least 1m (the providers rate-limit these URLs)".to_owned());
-    }
-    if edge.max_tracked == 0 {
-        problems.push("edge.max_tracked: must be greater than 0".to_owned());
-    }
+    limits::EDGE_REFRESH.check("edge", edge.refresh, problems);
+    limits::EDGE_MAX_FAILURES.check("edge", edge.max_failures, problems);
+    limits::EDGE_FAILURE_WINDOW.check("edge", edge.failure_window, problems);
+    limits::EDGE_BLOCK_FOR.check("edge", edge.block_for, problems);
+    limits::EDGE_MAX_TRACKED.check("edge", edge.max_tracked, problems);
     EdgeConfig {
         trusted_proxies,
         forwarded_header: server.forwarded_header,

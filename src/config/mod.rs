@@ -16,6 +16,7 @@ mod catchup;
 mod deliver;
 mod duration;
 mod edge;
+pub mod limits;
 mod ops;
 mod secret;
 mod tls;
@@ -515,20 +516,10 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
 pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
     let mut problems = Vec::new();
     let server = &raw.server;
-    if server.max_body_bytes == 0 {
-        problems.push("server.max_body_bytes: must be greater than 0".to_owned());
-    }
-    if server.writer_queue == 0 {
-        problems.push("server.writer_queue: must be greater than 0".to_owned());
-    }
-    for (key, d) in [
-        ("server.header_timeout", server.header_timeout),
-        ("server.body_timeout", server.body_timeout),
-    ] {
-        if d.is_zero() {
-            problems.push(format!("{key}: must be longer than 0s"));
-        }
-    }
+    limits::MAX_BODY_BYTES.check("server", server.max_body_bytes, &mut problems);
+    limits::WRITER_QUEUE.check("server", server.writer_queue, &mut problems);
+    limits::HEADER_TIMEOUT.check("server", server.header_timeout, &mut problems);
+    limits::BODY_TIMEOUT.check("server", server.body_timeout, &mut problems);
     if server.listen == server.admin_listen && server.listen.port() != 0 {
         problems.push("server.admin_listen: must differ from server.listen".to_owned());
     }
@@ -606,9 +597,7 @@ fn validate_source(
             }
         }
     }
-    if src.tolerance.is_zero() {
-        problems.push(format!("{at}.tolerance: must be longer than 0s"));
-    }
+    limits::TOLERANCE.check(at, src.tolerance, problems);
     for (j, pointer) in src.order_key.iter().enumerate() {
         if !pointer.starts_with('/') {
             problems.push(format!(
@@ -616,8 +605,8 @@ fn validate_source(
             ));
         }
     }
-    if src.max_body_bytes == Some(0) {
-        problems.push(format!("{at}.max_body_bytes: must be greater than 0"));
+    if let Some(max_body_bytes) = src.max_body_bytes {
+        limits::SOURCE_MAX_BODY_BYTES.check(at, max_body_bytes, problems);
     }
     let hmac = match (&src.hmac, src.kind) {
         (Some(h), Kind::Hmac) => validate_hmac(h, &format!("{at}.hmac"), problems),
@@ -727,9 +716,20 @@ fn validate_hmac(h: &RawHmac, at: &str, problems: &mut Vec<String>) -> Option<Hm
     });
     let signed_payload = match parse_template(&template) {
         Ok(parts) => {
-            if parts.contains(&PayloadPart::Timestamp) && h.timestamp_header.is_none() {
+            let signs_timestamp = parts.contains(&PayloadPart::Timestamp);
+            if signs_timestamp && h.timestamp_header.is_none() {
                 problems.push(format!(
                     "{at}.signed_payload: uses {{timestamp}} but no timestamp_header is set"
+                ));
+            }
+            // A timestamp that is checked but not signed can be replaced
+            // by anyone replaying a captured request: the window would
+            // only look like replay protection.
+            if !signs_timestamp && h.timestamp_header.is_some() {
+                problems.push(format!(
+                    "{at}.signed_payload: must include {{timestamp}} when timestamp_header is set, \
+                     or a replayed request passes with a fresh timestamp (leave timestamp_header \
+                     out if the sender does not sign one)"
                 ));
             }
             parts

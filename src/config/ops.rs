@@ -11,11 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::duration;
-
-/// Most days either window may span (100 years): keeps the arithmetic in
-/// milliseconds far from overflow.
-const MAX_DAYS: u32 = 36_500;
+use super::{duration, limits};
 
 /// `[retention]` as written; it is also what the server runs on.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -67,29 +63,17 @@ impl Default for BackupConfig {
 
 /// Checks both tables, pushing one line per problem.
 pub fn validate(retention: &RetentionConfig, backup: &BackupConfig, problems: &mut Vec<String>) {
-    for (key, days) in [
-        ("retention.body_days", retention.body_days),
-        ("retention.key_days", retention.key_days),
-    ] {
-        if !(1..=MAX_DAYS).contains(&days) {
-            problems.push(format!("{key}: must be between 1 and {MAX_DAYS}"));
-        }
-    }
+    limits::BODY_DAYS.check("retention", retention.body_days, problems);
+    limits::KEY_DAYS.check("retention", retention.key_days, problems);
     if retention.key_days < retention.body_days {
         problems.push(format!(
             "retention.key_days: must be at least retention.body_days ({}): a row without its key cannot keep a body",
             retention.body_days
         ));
     }
-    if retention.interval.is_zero() {
-        problems.push("retention.interval: must be longer than 0s".to_owned());
-    }
-    if backup.interval.is_zero() {
-        problems.push("backup.interval: must be longer than 0s".to_owned());
-    }
-    if backup.keep == 0 {
-        problems.push("backup.keep: must be at least 1".to_owned());
-    }
+    limits::RETENTION_INTERVAL.check("retention", retention.interval, problems);
+    limits::BACKUP_INTERVAL.check("backup", backup.interval, problems);
+    limits::BACKUP_KEEP.check("backup", backup.keep, problems);
     if backup
         .dir
         .as_ref()
@@ -149,7 +133,7 @@ mod tests {
         );
         assert_eq!(
             zero,
-            vec!["retention.body_days: must be between 1 and 36500".to_owned()]
+            vec!["retention.body_days: 0 is under the minimum of 1".to_owned()]
         );
     }
 }

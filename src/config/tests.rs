@@ -451,3 +451,339 @@ secrets = ["env:HOOKBOX_SURELY_UNSET_OFF"]
         ]
     );
 }
+
+// ------------------------------------------------------------- limits ---
+
+/// How a step of a key path holds what follows it.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    Table,
+    ArrayOfTables,
+}
+
+/// `{a = {b = [{c = leaf}]}}` for the path `a`, `b` (array), `c`.
+fn nest(path: &[(String, Shape)], leaf: (&str, toml::Value)) -> toml::Value {
+    let mut value = toml::Value::Table(toml::Table::from_iter([(leaf.0.to_owned(), leaf.1)]));
+    for (name, shape) in path.iter().rev() {
+        let inner = match shape {
+            Shape::Table => value,
+            Shape::ArrayOfTables => toml::Value::Array(vec![value]),
+        };
+        value = toml::Value::Table(toml::Table::from_iter([(name.clone(), inner)]));
+    }
+    value
+}
+
+/// Serde's complaint, if any, about `leaf` set at `path`.
+fn complaint(path: &[(String, Shape)], leaf: (&str, toml::Value)) -> Option<String> {
+    nest(path, leaf)
+        .try_into::<RawConfig>()
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// Every leaf key of the config types, found by asking serde: each table
+/// is `deny_unknown_fields`, so an unknown key there lists the real ones.
+/// Returns each key's dotted name and where it sits.
+fn leaf_keys(path: &mut Vec<(String, Shape)>, out: &mut Vec<(String, Vec<(String, Shape)>)>) {
+    const PROBE: &str = "__probe__";
+    let message = complaint(path, (PROBE, toml::Value::Integer(1))).unwrap_or_default();
+    let marker = format!("unknown field `{PROBE}`");
+    let fields: Vec<String> = message
+        .find(&marker)
+        .map(|at| &message[at + marker.len()..])
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_default()
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    assert!(!fields.is_empty() || !path.is_empty(), "{message}");
+    for field in fields {
+        let mut table = false;
+        for shape in [Shape::Table, Shape::ArrayOfTables] {
+            path.push((field.clone(), shape));
+            let inner = complaint(path, (PROBE, toml::Value::Integer(1)));
+            if inner.is_some_and(|m| m.contains(&format!("unknown field `{PROBE}`"))) {
+                leaf_keys(path, out);
+                table = true;
+            }
+            path.pop();
+            if table {
+                break;
+            }
+        }
+        if !table {
+            let mut dotted: Vec<&str> = path.iter().map(|(n, _)| n.as_str()).collect();
+            dotted.push(&field);
+            out.push((dotted.join("."), path.clone()));
+        }
+    }
+}
+
+#[test]
+fn every_duration_and_count_field_has_a_limit() {
+    let mut keys = Vec::new();
+    leaf_keys(&mut Vec::new(), &mut keys);
+    let mut durations = std::collections::BTreeSet::new();
+    let mut counts = std::collections::BTreeSet::new();
+    for (key, path) in &keys {
+        let field = key.rsplit('.').next().unwrap();
+        // Only the duration fields answer a bad string with
+        // `config::duration`'s own message; only integer fields take 7.
+        let as_text = complaint(path, (field, toml::Value::String("soon".into())));
+        if as_text.is_some_and(|m| m.contains("is not a duration")) {
+            durations.insert(key.clone());
+        }
+        let as_number = complaint(path, (field, toml::Value::Integer(7)));
+        if as_number.is_none_or(|m| !m.contains("invalid type") && !m.contains("did not match")) {
+            counts.insert(key.clone());
+        }
+    }
+    assert!(keys.len() > 50, "the probe found too few keys: {keys:?}");
+    let listed: std::collections::BTreeSet<String> =
+        limits::DURATIONS.iter().map(|l| l.key.to_owned()).collect();
+    assert_eq!(
+        durations, listed,
+        "every duration field needs an entry in config::limits::DURATIONS, and nothing else"
+    );
+    let listed: std::collections::BTreeSet<String> = limits::COUNTS
+        .iter()
+        .map(|l| l.key)
+        .chain(limits::IDENTIFIERS.iter().copied())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        counts, listed,
+        "every integer field needs an entry in config::limits::COUNTS (or IDENTIFIERS)"
+    );
+}
+
+/// A config with every table that holds a duration or a count: two
+/// sources, delivery and both catch-up jobs, TLS (ACME: checked for shape
+/// only, so no files are needed).
+fn full_table() -> toml::Table {
+    toml::from_str(&format!(
+        r#"
+        [server]
+        listen = "127.0.0.1:0"
+        admin_listen = "127.0.0.1:0"
+        [server.tls.acme]
+        domains = ["hooks.example.com"]
+        [retention]
+        [backup]
+        dir = "/var/lib/hookbox/backups"
+        [edge]
+        [[sources]]
+        name = "github"
+        kind = "github"
+        secrets = ["s"]
+        max_body_bytes = 1000
+        deliver = {{ url = "https://example.com/hook", signing_secret = "{WHSEC}" }}
+        github_redelivery = {{ repo = "acme/shop", hook_id = 1, token = "t" }}
+        [[sources]]
+        name = "stripe"
+        kind = "stripe"
+        secrets = ["s"]
+        stripe_backfill = {{ api_key = "k" }}
+        "#
+    ))
+    .unwrap()
+}
+
+/// Sets the dotted `key` in every table of `doc` it can be in (so in
+/// each source that has the key's table); false when there is none.
+fn set_in(doc: &mut toml::Table, key: &str, value: &toml::Value) -> bool {
+    let Some((head, rest)) = key.split_once('.') else {
+        doc.insert(key.to_owned(), value.clone());
+        return true;
+    };
+    match doc.get_mut(head) {
+        Some(toml::Value::Table(t)) => set_in(t, rest, value),
+        Some(toml::Value::Array(items)) => items.iter_mut().fold(false, |done, item| match item {
+            toml::Value::Table(t) => set_in(t, rest, value) | done,
+            _ => done,
+        }),
+        _ => false,
+    }
+}
+
+fn set(doc: &mut toml::Table, key: &str, value: &toml::Value) {
+    assert!(
+        set_in(doc, key, value),
+        "{key}: the full config has no table for it"
+    );
+}
+
+fn duration_value(d: Duration) -> toml::Value {
+    toml::Value::String(humantime::format_duration(d).to_string())
+}
+
+fn count_value(n: u64) -> toml::Value {
+    toml::Value::Integer(i64::try_from(n).unwrap())
+}
+
+/// The problems of `full_table()` with each `(key, value)` set.
+fn problems_with(values: &[(&str, toml::Value)]) -> Vec<String> {
+    let mut doc = full_table();
+    for (key, value) in values {
+        set(&mut doc, key, value);
+    }
+    match from_toml(&toml::to_string(&doc).unwrap(), "test".to_owned()) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.problems,
+    }
+}
+
+/// Keys whose smallest value is tied to another key's: at its own
+/// minimum, each must stay below (or at) that other key.
+fn with_partners(key: &str, value: toml::Value) -> Vec<(&str, toml::Value)> {
+    let mut values = vec![(key, value.clone())];
+    match key {
+        "sources.deliver.backoff_base" => values.push(("sources.deliver.backoff_cap", value)),
+        "sources.deliver.backoff_cap" => values.push(("sources.deliver.backoff_base", value)),
+        "retention.body_days" => values.push(("retention.key_days", value)),
+        "retention.key_days" => values.push(("retention.body_days", value)),
+        _ => {}
+    }
+    values
+}
+
+#[test]
+fn every_limit_accepts_its_bounds_and_refuses_one_past_them_naming_the_key() {
+    assert!(problems_with(&[]).is_empty(), "{:?}", problems_with(&[]));
+    let one_ns = Duration::from_nanos(1);
+    let mut cases: Vec<(&str, toml::Value, Option<toml::Value>, Option<toml::Value>)> = Vec::new();
+    for l in limits::DURATIONS {
+        cases.push((
+            l.key,
+            duration_value(l.min),
+            Some(duration_value(l.max)),
+            Some(duration_value(l.max + one_ns)),
+        ));
+        if let Some(below) = l.min.checked_sub(one_ns) {
+            cases.push((l.key, duration_value(below), None, None));
+        }
+    }
+    for l in limits::COUNTS {
+        cases.push((
+            l.key,
+            count_value(l.min),
+            Some(count_value(l.max)),
+            Some(count_value(l.max + 1)),
+        ));
+        if let Some(below) = l.min.checked_sub(1) {
+            cases.push((l.key, count_value(below), None, None));
+        }
+    }
+    for (key, value, max, over) in cases {
+        let field = key.rsplit('.').next().unwrap();
+        let named =
+            |p: &String| p.contains(&format!(".{field}: ")) || p.starts_with(&format!("{key}: "));
+        let Some(max) = max else {
+            // `value` is one under the minimum.
+            let p = problems_with(&with_partners(key, value.clone()));
+            assert!(
+                p.iter()
+                    .any(|p| named(p) && p.contains("is under the minimum of")),
+                "{key} = {value}: {p:?}"
+            );
+            continue;
+        };
+        for ok in [value, max] {
+            let p = problems_with(&with_partners(key, ok.clone()));
+            assert!(p.is_empty(), "{key} = {ok} should be accepted: {p:?}");
+        }
+        let over = over.unwrap();
+        let p = problems_with(&with_partners(key, over.clone()));
+        assert!(
+            p.iter().any(named) && p.iter().all(|p| p.contains("is over the maximum of")),
+            "{key} = {over}: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn absurd_durations_and_counts_are_all_refused_at_once() {
+    let mut values = Vec::new();
+    for l in limits::DURATIONS {
+        // The review's value: it parses (under u64::MAX seconds), and
+        // before the limits it panicked serve.
+        values.push((l.key, toml::Value::String("300000000000y".into())));
+    }
+    for l in limits::COUNTS {
+        // The widest value the field's type takes from TOML.
+        let mut doc = full_table();
+        set(&mut doc, l.key, &toml::Value::Integer(i64::MAX));
+        let widest = if toml::Value::Table(doc).try_into::<RawConfig>().is_ok() {
+            i64::MAX
+        } else {
+            i64::from(u32::MAX)
+        };
+        values.push((l.key, toml::Value::Integer(widest)));
+    }
+    let p = problems_with(&values);
+    let text = p.join("\n");
+    for (key, _) in &values {
+        let field = key.rsplit('.').next().unwrap();
+        let shown = match key.strip_prefix("sources.") {
+            Some(rest) if rest.starts_with("stripe_backfill") => {
+                format!("sources[1] (\"stripe\").{rest}: ")
+            }
+            Some(rest) => format!("sources[0] (\"github\").{rest}: "),
+            None => format!("{key}: "),
+        };
+        assert!(
+            p.iter()
+                .any(|p| p.starts_with(&shown) && p.contains("is over the maximum of")),
+            "{field}: no {shown:?} in:\n{text}"
+        );
+    }
+    assert!(
+        p.iter().all(|p| p.contains("is over the maximum of")),
+        "only the limits should complain:\n{text}"
+    );
+}
+
+#[test]
+fn a_refused_duration_shows_the_value_and_the_maximum() {
+    let p = problems_with(&[(
+        "sources.deliver.timeout",
+        toml::Value::String("40000000000y".into()),
+    )]);
+    assert_eq!(
+        p,
+        ["sources[0] (\"github\").deliver.timeout: 40000000000years is over the maximum of 1h"]
+    );
+}
+
+#[test]
+fn a_timestamp_header_needs_the_timestamp_in_the_signed_payload() {
+    let source = |extra: &str| {
+        format!(
+            "[[sources]]\nname = \"custom\"\nkind = \"hmac\"\nsecrets = [\"s\"]\n\
+             [sources.hmac]\nheader = \"X-Signature\"\n{extra}"
+        )
+    };
+    let err = load_str(&source(
+        "timestamp_header = \"X-Timestamp\"\nsigned_payload = \"v1:{body}\"\n",
+    ))
+    .unwrap_err();
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert!(
+        err.problems[0].starts_with(
+            "sources[0] (\"custom\").hmac.signed_payload: must include {timestamp} when timestamp_header is set"
+        ),
+        "{err}"
+    );
+    // Signed, or not checked at all: both say what they do.
+    for fine in [
+        "timestamp_header = \"X-Timestamp\"\n",
+        "timestamp_header = \"X-Timestamp\"\nsigned_payload = \"{body}|{timestamp}\"\n",
+        "signed_payload = \"{body}\"\n",
+        "",
+    ] {
+        load_str(&source(fine)).unwrap_or_else(|e| panic!("{fine}: {e}"));
+    }
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::duration;
+use super::{duration, limits};
 
 /// Let's Encrypt's production directory: the default.
 pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
@@ -98,6 +98,7 @@ pub fn validate(
 ) -> Option<TlsConfig> {
     let tls = tls?;
     let before = problems.len();
+    limits::TLS_WATCH_INTERVAL.check("server.tls", tls.watch_interval, problems);
     let config = match (&tls.cert, &tls.key, &tls.acme) {
         (Some(cert), Some(key), None) => files(cert, key, tls.watch_interval, problems),
         (None, None, Some(acme)) => acme_config(acme, database, problems),

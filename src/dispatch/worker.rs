@@ -112,13 +112,13 @@ impl Dispatcher {
         // within one run: the next start clears them.
         let longest = lanes
             .values()
-            .map(|l| l.config.timeout * (PREFETCH as u32 + 1))
+            .map(|l| l.config.timeout.saturating_mul(PREFETCH as u32 + 1))
             .max();
         Ok(longest.map(|wait| Dispatcher {
             writer,
             lanes,
             wake,
-            lease: wait + LEASE_MARGIN,
+            lease: wait.saturating_add(LEASE_MARGIN),
         }))
     }
 
@@ -140,7 +140,8 @@ impl Dispatcher {
             let can_claim = claim.is_none() && !wanted.is_empty();
             if can_claim && next_due.is_some_and(|due| due <= now) {
                 let writer = self.writer.clone();
-                let lease_until = now + self.lease.as_millis() as i64;
+                let lease_until =
+                    now.saturating_add(i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX));
                 let clock_went_back = now < last_claim_at;
                 if clock_went_back {
                     tracing::warn!(
@@ -283,7 +284,8 @@ impl Dispatcher {
                         config.backoff_cap,
                         &mut fastrand::f64,
                     );
-                    Settled::Retry(now + wait.as_millis() as i64)
+                    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+                    Settled::Retry(now.saturating_add(wait_ms))
                 }
             };
             log_attempt(&job, &attempt, settled);

@@ -75,7 +75,9 @@ enum Verifier {
 
 impl Source {
     pub fn new(cfg: &SourceConfig, metrics: SourceMetrics) -> Self {
-        let tolerance = cfg.tolerance.as_secs() as i64;
+        // Saturating: a wrapped (negative) tolerance would refuse every
+        // timestamp, valid deliveries included.
+        let tolerance = i64::try_from(cfg.tolerance.as_secs()).unwrap_or(i64::MAX);
         let secrets = &cfg.secrets;
         let owned = |names: &[&str]| names.iter().map(|h| (*h).to_owned()).collect();
         let (verifier, keep_headers) = match (cfg.kind, &cfg.hmac) {

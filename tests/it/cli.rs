@@ -211,3 +211,37 @@ fn log_format_json_writes_one_json_object_per_line() {
         .unwrap();
     assert!(ready["fields"]["public"].is_string(), "{ready}");
 }
+
+#[test]
+fn check_refuses_a_generic_hmac_timestamp_that_is_not_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookbox.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[sources]]
+name = "custom"
+kind = "hmac"
+secrets = ["a-literal-hmac-secret"]
+[sources.hmac]
+header = "X-Signature"
+timestamp_header = "X-Timestamp"
+signed_payload = "{body}"
+"#,
+    )
+    .unwrap();
+    let out = hookbox()
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "sources[0] (\"custom\").hmac.signed_payload: must include {timestamp} when timestamp_header is set"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("a-literal-hmac-secret"), "{stderr}");
+}

@@ -15,6 +15,7 @@ mod events;
 mod faults;
 mod helpers;
 mod hostile;
+mod limits;
 mod load;
 mod metrics;
 mod one_server;
