@@ -363,3 +363,40 @@ fn the_example_config_loads_with_hookbox_check() {
     assert!(has("stripe", "deliver", "command"));
     assert!(has("stripe", "stripe_backfill", "api_key"));
 }
+
+/// A duration as the reference writes a bound: its largest whole unit.
+fn bound(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
+        if ms > 0 && ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    if ms == 0 { "0s".into() } else { format!("{ms}ms") }
+}
+
+#[test]
+fn every_bounded_key_states_its_range_in_the_readme() {
+    use hookbox::config::limits::{COUNTS, DURATIONS};
+    let readme = read("README.md");
+    let reference = readme_reference(&readme);
+    let ranges = DURATIONS
+        .iter()
+        .map(|l| (l.key, bound(l.min), bound(l.max)))
+        .chain(
+            COUNTS
+                .iter()
+                .map(|l| (l.key, l.min.to_string(), l.max.to_string())),
+        );
+    for (key, min, max) in ranges {
+        let row = reference
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{key}` |")))
+            .unwrap_or_else(|| panic!("no README row for `{key}`"));
+        let range = format!("`{min}`–`{max}`");
+        assert!(
+            row.contains(&range),
+            "README's row for `{key}` must state its range as {range}: {row}"
+        );
+    }
+}
