@@ -16,6 +16,7 @@ pub mod notify;
 pub mod outbound;
 pub mod private_file;
 pub mod receive;
+pub mod route;
 pub mod server;
 pub mod shutdown;
 pub mod store;
