@@ -28,3 +28,4 @@ mod soak;
 mod storage;
 mod systemd;
 mod tls;
+mod upgrade;
