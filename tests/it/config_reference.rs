@@ -367,12 +367,21 @@ fn the_example_config_loads_with_hookbox_check() {
 /// A duration as the reference writes a bound: its largest whole unit.
 fn bound(d: std::time::Duration) -> String {
     let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
-        if ms > 0 && ms % size == 0 {
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
+        if ms > 0 && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }
-    if ms == 0 { "0s".into() } else { format!("{ms}ms") }
+    if ms == 0 {
+        "0s".into()
+    } else {
+        format!("{ms}ms")
+    }
 }
 
 #[test]
