@@ -183,13 +183,8 @@ impl Metrics {
         let edge = EdgeMetrics::default();
         registry.register(
             "edge_refused",
-            "Requests refused before their body was read, by source and reason (not_allowed, set_unavailable, too_many_failures)",
+            "Requests refused before their body was read, by source and reason (malformed_forwarding_header, unknown_client, not_allowed, set_unavailable, too_many_failures)",
             edge.refused.clone(),
-        );
-        registry.register(
-            "edge_forwarded_fallback",
-            "Requests from a trusted proxy whose forwarding header named no usable client (malformed, obfuscated): the proxy's address was used",
-            edge.fallback.clone(),
         );
         registry.register(
             "edge_blocked",
@@ -333,7 +328,6 @@ impl SourceMetrics {
 #[derive(Clone, Debug, Default)]
 pub struct EdgeMetrics {
     refused: Family<EdgeLabels, Counter>,
-    fallback: Family<StaticLabel, Counter>,
     blocked: Counter,
     set_ranges: Family<StaticLabel, Gauge>,
 }
@@ -344,15 +338,6 @@ impl EdgeMetrics {
             .get_or_create(&EdgeLabels {
                 source: Arc::from(source),
                 reason,
-            })
-            .inc();
-    }
-
-    pub fn forwarded_fallback(&self, reason: &'static str) {
-        self.fallback
-            .get_or_create(&StaticLabel {
-                name: "reason",
-                value: reason,
             })
             .inc();
     }

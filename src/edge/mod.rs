@@ -3,8 +3,10 @@
 //! For `POST /hooks/{source}`, in this order:
 //!
 //! 1. **Who is asking** ([`client_addr`]): the TCP peer, or, behind a peer in
-//!    `server.trusted_proxies`, the rightmost untrusted hop of its
-//!    forwarding header.
+//!    `server.trusted_proxies`, the first untrusted hop of its forwarding
+//!    header read from the right. A header a trusted proxy wrote that names
+//!    no client is refused: 400 `malformed_forwarding_header` or
+//!    `unknown_client`.
 //! 2. **May it post to this source** (`allow_ips`: CIDRs and the named sets
 //!    of [`sets`]): if not, 403 `forbidden_address`.
 //! 3. **Has it been failing verification** ([`limit`]): if it is blocked,
@@ -12,8 +14,9 @@
 //!
 //! Refusals are counted in `hookbox_edge_refused_total{source,reason}` and
 //! never logged with the address (debug level names the source only).
-//! `crate::receive` calls [`Edge::admit`] first and [`Edge::failed`] after a
-//! 401; the global connection cap lives in `crate::server`.
+//! `crate::receive` calls [`Edge::client`] and [`Edge::admit`] first and
+//! [`Edge::failed`] after a 401; the global connection cap lives in
+//! `crate::server`.
 
 pub mod client_addr;
 pub mod limit;
@@ -56,19 +59,20 @@ impl Edge {
         }
     }
 
-    /// The client address of a request. Without the peer address (a
-    /// router driven without `crate::server`), the unspecified address
-    /// stands in: it is in no allowlist.
-    pub fn client(&self, parts: &Parts) -> IpAddr {
+    /// The client address of a request to `source`. Without the peer
+    /// address (a router driven without `crate::server`), the unspecified
+    /// address stands in: it is in no allowlist.
+    pub fn client(&self, source: &str, parts: &Parts) -> Result<IpAddr, ApiError> {
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-        let client = self.proxies.resolve(peer, &parts.headers);
-        if let Some(reason) = client.fallback {
-            self.metrics.forwarded_fallback(reason);
-        }
-        client.ip
+        self.proxies.resolve(peer, &parts.headers).map_err(|why| {
+            let reason = why.reason();
+            self.metrics.refused(source, reason);
+            tracing::debug!(source, reason, "refused a forwarding header");
+            ApiError::UnknownClient(reason)
+        })
     }
 
     /// Decides whether `client` may post to `source`, before the body.

@@ -1,8 +1,9 @@
 //! `POST /hooks/{source}`: read, verify, identify, store, answer.
 //!
 //! The handler reads as the contract does: find the source (404), ask the
-//! edge about the client address before anything else (403 not allowed, 429
-//! blocked; see `crate::edge`), read the
+//! edge about the client address before anything else (400 a trusted
+//! proxy's header names no client, 403 not allowed, 429 blocked; see
+//! `crate::edge`), read the
 //! body within its limit and time (413, 408), verify the signature on the
 //! exact bytes (401), identify the event (400), hand it to the writer and
 //! answer only once it is committed (202 new, 200 duplicate, 503 when the
@@ -279,11 +280,18 @@ pub async fn receive(
     };
     let metrics = &source.metrics;
     let (parts, body) = request.into_parts();
-    let client = rx.edge.client(&parts);
-    if let Err(refused) = rx.edge.admit(&name, source.allow_ips.as_ref(), client) {
-        metrics.rejected(refused.reason(), started.elapsed());
-        return Err(refused);
-    }
+    let admitted = rx.edge.client(&name, &parts).and_then(|client| {
+        rx.edge
+            .admit(&name, source.allow_ips.as_ref(), client)
+            .map(|()| client)
+    });
+    let client = match admitted {
+        Ok(client) => client,
+        Err(refused) => {
+            metrics.rejected(refused.reason(), started.elapsed());
+            return Err(refused);
+        }
+    };
     let answer = handle(&rx, source.clone(), Request::from_parts(parts, body)).await;
     if let Err(ApiError::Unverified(_)) = &answer {
         rx.edge.failed(client);

@@ -95,6 +95,49 @@ async fn a_forwarded_address_is_believed_only_from_a_trusted_peer() {
     direct.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_forwarding_header_is_read_up_to_the_first_untrusted_hop_and_refused_when_unreadable() {
+    // The proxy's own address is allowed on one source: an unreadable
+    // header must never make the client that address.
+    let sources = format!(
+        "{}{}",
+        github_source("github", "[\"127.0.0.1\"]"),
+        github_source("remote", "[\"203.0.113.0/24\"]"),
+    );
+    let app = TestApp::spawn_with(&sources, TRUST_LOOPBACK).await;
+    // Junk left of the first untrusted hop was written by the client
+    // itself: it is not read, and that hop is the client.
+    let r = post(&app, "remote", "j-1", Some("junk, 203.0.113.9"), true).await;
+    assert_eq!(r.status(), 202);
+    let r = post(&app, "github", "j-2", Some("junk, 203.0.113.9"), true).await;
+    assert_eq!(r.status(), 403, "the client is 203.0.113.9, not the proxy");
+    // Junk where a trusted proxy wrote is refused, never the proxy itself.
+    for (i, value) in [
+        "junk",
+        "203.0.113.9, junk",
+        "203.0.113.9,",
+        "junk, 127.0.0.1",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let delivery = format!("j-bad-{i}");
+        let r = post(&app, "github", &delivery, Some(value), true).await;
+        assert_eq!(r.status(), 400, "{value:?}");
+        assert_eq!(
+            json(r).await,
+            json!({"error": "malformed_forwarding_header"}),
+            "{value:?}"
+        );
+        assert_eq!(stored(&app, &delivery), 0, "{value:?}");
+    }
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    let line =
+        r#"hookbox_edge_refused_total{source="github",reason="malformed_forwarding_header"} 4"#;
+    assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+    app.shutdown().await;
+}
+
 // ----------------------------------------------------------- allowlists ---
 
 /// A fake GitHub `/meta` and Stripe webhook IP list, which can go down.
