@@ -40,6 +40,12 @@ pub struct RawEdge {
     /// Most addresses the failure limit remembers; the least recently seen
     /// go first, so memory stays bounded under a flood of addresses.
     pub max_tracked: usize,
+    /// Bytes of request bodies one client address may hold at once, of
+    /// the process's 256 MiB; never less than the largest body a source
+    /// accepts.
+    pub max_client_body_bytes: u64,
+    /// Request bodies one client address may have being read at once.
+    pub max_client_bodies: u32,
 }
 
 impl Default for RawEdge {
@@ -52,6 +58,8 @@ impl Default for RawEdge {
             failure_window: Duration::from_secs(60),
             block_for: Duration::from_secs(300),
             max_tracked: 10_000,
+            max_client_body_bytes: 64 * 1024 * 1024,
+            max_client_bodies: 32,
         }
     }
 }
@@ -105,6 +113,8 @@ pub struct EdgeConfig {
     pub failure_window: Duration,
     pub block_for: Duration,
     pub max_tracked: usize,
+    pub max_client_body_bytes: u64,
+    pub max_client_bodies: u32,
 }
 
 /// A CIDR (`192.0.2.0/24`, `2001:db8::/32`) or a bare address (a /32 or
@@ -153,6 +163,12 @@ pub fn validate(edge: &RawEdge, server: &RawServer, problems: &mut Vec<String>) 
     if edge.max_tracked == 0 {
         problems.push("edge.max_tracked: must be greater than 0".to_owned());
     }
+    if edge.max_client_body_bytes == 0 {
+        problems.push("edge.max_client_body_bytes: must be greater than 0".to_owned());
+    }
+    if edge.max_client_bodies == 0 {
+        problems.push("edge.max_client_bodies: must be greater than 0".to_owned());
+    }
     EdgeConfig {
         trusted_proxies,
         forwarded_header: server.forwarded_header,
@@ -163,6 +179,8 @@ pub fn validate(edge: &RawEdge, server: &RawServer, problems: &mut Vec<String>) 
         failure_window: edge.failure_window,
         block_for: edge.block_for,
         max_tracked: edge.max_tracked,
+        max_client_body_bytes: edge.max_client_body_bytes,
+        max_client_bodies: edge.max_client_bodies,
     }
 }
 
@@ -240,6 +258,8 @@ mod tests {
         let edge = RawEdge {
             block_for: Duration::ZERO,
             github_meta_url: "ftp://x".into(),
+            max_client_body_bytes: 0,
+            max_client_bodies: 0,
             ..RawEdge::default()
         };
         let mut problems = Vec::new();
@@ -251,6 +271,8 @@ mod tests {
             "server.max_connections",
             "edge.github_meta_url",
             "edge.block_for",
+            "edge.max_client_body_bytes",
+            "edge.max_client_bodies",
         ] {
             assert!(text.contains(key), "no {key} in {text}");
         }

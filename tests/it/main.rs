@@ -26,3 +26,4 @@ mod soak;
 mod storage;
 mod systemd;
 mod tls;
+mod uploads;
