@@ -18,8 +18,9 @@
 # CONNECTIONS (64), DURABILITY (full), DRAIN_TIMEOUT seconds (60),
 # SCENARIOS ("new dup90 deliver deliver_idle").
 # ATTACK=1 also runs hookbox-attack RUNS times (valid p50/p99 and the
-# server's peak RSS during slowloris, 10k idle connections and a duplicate
-# storm; medians at the end), with the fd limit raised to the hard one.
+# server's peak RSS during slowloris, 10k idle connections, idle uploads
+# declaring the whole body budget and a duplicate storm; medians at the
+# end), with the fd limit raised to the hard one.
 # Exits non-zero when any run fails its checks (row count, exit status,
 # answers; for deliver*: every row delivered, every 202 seen downstream,
 # signatures valid, backlog drained within DRAIN_TIMEOUT).

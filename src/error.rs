@@ -43,6 +43,9 @@ pub enum ApiError {
     BodyUnreadable,
     /// 403: the client address is not in the source's `allow_ips`.
     ForbiddenAddress,
+    /// 400: a trusted proxy's forwarding header names no client; the
+    /// reason says why (`crate::edge::client_addr::Unreadable`).
+    UnknownClient(&'static str),
     /// 429: the client address keeps failing verification and is blocked.
     TooManyFailures { retry_after_secs: u64 },
     /// 503: nothing was stored; try again.
@@ -69,7 +72,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unverified(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Unidentified(_) | ApiError::BodyUnreadable => StatusCode::BAD_REQUEST,
+            ApiError::Unidentified(_) | ApiError::BodyUnreadable | ApiError::UnknownClient(_) => {
+                StatusCode::BAD_REQUEST
+            }
             ApiError::UnknownSource => StatusCode::NOT_FOUND,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -97,7 +102,7 @@ impl ApiError {
             ApiError::Unavailable => "unavailable",
             ApiError::Unauthorized => "unauthorized",
             ApiError::BadRequest { reason, .. } | ApiError::Conflict { reason, .. } => reason,
-            ApiError::NotFound(reason) => reason,
+            ApiError::NotFound(reason) | ApiError::UnknownClient(reason) => reason,
             ApiError::Internal(_) => "internal",
         }
     }
@@ -154,12 +159,13 @@ impl IntoResponse for ApiError {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             // The rest of the body may still be on the wire (or, for a
-            // refused address, was never read); close rather than read it
-            // to find the next request.
+            // refused or unknown address, was never read); close rather
+            // than read it to find the next request.
             ApiError::BodyTooLarge
             | ApiError::BodyTimeout
             | ApiError::BodyUnreadable
-            | ApiError::ForbiddenAddress => {
+            | ApiError::ForbiddenAddress
+            | ApiError::UnknownClient(_) => {
                 response
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -183,13 +183,18 @@ impl Metrics {
         let edge = EdgeMetrics::default();
         registry.register(
             "edge_refused",
-            "Requests refused before their body was read, by source and reason (not_allowed, set_unavailable, too_many_failures)",
+            "Requests the edge refused, by source and reason: before the body (malformed_forwarding_header, unknown_client, not_allowed, set_unavailable, too_many_failures) or while reading it (body_memory, client_body_bytes, client_bodies)",
             edge.refused.clone(),
         );
         registry.register(
-            "edge_forwarded_fallback",
-            "Requests from a trusted proxy whose forwarding header named no usable client (malformed, obfuscated): the proxy's address was used",
-            edge.fallback.clone(),
+            "edge_body_bytes",
+            "Bytes of request bodies held now (read, not yet stored or refused), of a 256 MiB budget",
+            edge.body_bytes.clone(),
+        );
+        registry.register(
+            "edge_bodies_reading",
+            "Request bodies being read now",
+            edge.bodies_reading.clone(),
         );
         registry.register(
             "edge_blocked",
@@ -333,7 +338,8 @@ impl SourceMetrics {
 #[derive(Clone, Debug, Default)]
 pub struct EdgeMetrics {
     refused: Family<EdgeLabels, Counter>,
-    fallback: Family<StaticLabel, Counter>,
+    body_bytes: Gauge,
+    bodies_reading: Gauge,
     blocked: Counter,
     set_ranges: Family<StaticLabel, Gauge>,
 }
@@ -348,13 +354,14 @@ impl EdgeMetrics {
             .inc();
     }
 
-    pub fn forwarded_fallback(&self, reason: &'static str) {
-        self.fallback
-            .get_or_create(&StaticLabel {
-                name: "reason",
-                value: reason,
-            })
-            .inc();
+    /// Bytes of request bodies charged (positive) or given back.
+    pub fn body_bytes(&self, delta: i64) {
+        self.body_bytes.inc_by(delta);
+    }
+
+    /// A body started (1) or finished (-1) being read.
+    pub fn bodies_reading(&self, delta: i64) {
+        self.bodies_reading.inc_by(delta);
     }
 
     pub fn blocked(&self) {

@@ -9,12 +9,15 @@
 //! Each request carries its connection's peer address as an
 //! `axum::extract::ConnectInfo<SocketAddr>` extension (`crate::edge` reads
 //! it). At most `max_connections` connections are served at once. At the
-//! cap, the connection that has been idle longest (no request running:
-//! never sent one, between keep-alive requests, or still in its TLS
-//! handshake) is closed to make room, so a flood of connections that send
-//! nothing cannot lock real deliveries out until the header timeout; when
-//! every connection is running a request, new ones wait in the kernel's
-//! listen queue rather than being refused.
+//! cap, the connection that has been idle longest is closed to make room:
+//! one with no request running (it never sent one, sits between keep-alive
+//! requests, or is still in its TLS handshake), or one whose request is
+//! still waiting for its body, idle since its last byte arrived. So neither
+//! a flood of connections that send nothing nor uploads that stall can lock
+//! real deliveries out until a timeout. Only a request whose body is all in
+//! (being verified, stored or answered) is never cut off: when every
+//! connection is running one, new connections wait in the kernel's listen
+//! queue rather than being refused, and the first to go idle makes room.
 //!
 //! With a TLS acceptor (`[server.tls]`, see `crate::tls`) each connection
 //! first completes a TLS handshake, in its own task so a slow client
@@ -25,19 +28,22 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::Service as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
@@ -86,20 +92,24 @@ pub async fn serve(
         // A slot for the connection in hand: at the cap, the connection
         // idle longest makes room; when every one is running a request,
         // this one waits (and the loop with it, so the rest wait in the
-        // listen queue).
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
-                conns.evict_longest_idle();
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    slot = slots.clone().acquire_owned() => match slot {
-                        Ok(slot) => slot,
-                        Err(_) => break,
-                    },
-                }
+        // listen queue) until a slot frees or a connection goes idle.
+        let slot = loop {
+            if let Ok(slot) = slots.clone().try_acquire_owned() {
+                break Some(slot);
+            }
+            // Listening before looking, so a connection that goes idle
+            // in between is not missed.
+            let went_idle = conns.went_idle.notified();
+            tokio::pin!(went_idle);
+            went_idle.as_mut().enable();
+            conns.evict_longest_idle();
+            tokio::select! {
+                () = shutdown.cancelled() => break None,
+                slot = slots.clone().acquire_owned() => break slot.ok(),
+                () = went_idle => {}
             }
         };
+        let Some(slot) = slot else { break };
         // Small JSON answers: send them now rather than wait for more.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
@@ -109,6 +119,7 @@ pub async fn serve(
             TowerToHyperService::new(router.clone()),
             peer,
             state.clone(),
+            conns.clone(),
         );
         let Some(tls) = tls.clone() else {
             let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
@@ -183,24 +194,51 @@ pub async fn serve(
 struct Conns {
     next: AtomicU64,
     open: Mutex<HashMap<u64, Arc<ConnState>>>,
+    /// Told when a request ends (its connection can be closed now), for
+    /// an accept loop waiting at the cap.
+    went_idle: Notify,
 }
+
+/// What a connection is doing. HTTP/1.1 runs one request at a time on a
+/// connection (pipelined ones wait their turn), so one phase describes it.
+const IDLE: u8 = 0;
+/// A request is running and its body has not all arrived.
+const AWAITING_BODY: u8 = 1;
+/// A request is running with its body all in (or dropped unread).
+const RUNNING: u8 = 2;
 
 /// One connection's activity, shared with its service.
 struct ConnState {
     id: u64,
-    /// Requests running on it now.
-    busy: AtomicUsize,
-    /// When a request last started or ended (or the connection opened),
-    /// unix milliseconds.
+    /// [`IDLE`], [`AWAITING_BODY`] or [`RUNNING`].
+    phase: AtomicU8,
+    /// When a request last started or ended, a piece of its body arrived,
+    /// or the connection opened: unix milliseconds.
     last_active: AtomicU64,
     evict: CancellationToken,
+}
+
+impl ConnState {
+    fn touch(&self) {
+        self.last_active.fetch_max(now_ms(), Ordering::Relaxed);
+    }
+
+    /// The running request's body is all in, or will not be read.
+    fn body_done(&self) {
+        let _ = self.phase.compare_exchange(
+            AWAITING_BODY,
+            RUNNING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
 }
 
 impl Conns {
     fn register(&self) -> Arc<ConnState> {
         let state = Arc::new(ConnState {
             id: self.next.fetch_add(1, Ordering::Relaxed),
-            busy: AtomicUsize::new(0),
+            phase: AtomicU8::new(IDLE),
             last_active: AtomicU64::new(now_ms()),
             evict: CancellationToken::new(),
         });
@@ -212,12 +250,16 @@ impl Conns {
         self.lock().remove(&state.id);
     }
 
-    /// Closes the connection idle longest, if any connection is idle.
+    /// Closes the connection idle longest, if any is idle or waiting for a
+    /// body, and none is already closing (its slot is on the way).
     fn evict_longest_idle(&self) {
         let open = self.lock();
+        if open.values().any(|c| c.evict.is_cancelled()) {
+            return;
+        }
         let idle = open
             .values()
-            .filter(|c| c.busy.load(Ordering::Acquire) == 0 && !c.evict.is_cancelled())
+            .filter(|c| c.phase.load(Ordering::Acquire) != RUNNING && !c.evict.is_cancelled())
             .min_by_key(|c| c.last_active.load(Ordering::Relaxed));
         if let Some(conn) = idle {
             conn.evict.cancel();
@@ -238,28 +280,155 @@ impl Conns {
 }
 
 /// Wraps a connection's service so each request carries the peer address,
-/// and counts as activity on the connection while it runs.
+/// and marks the connection's phase and activity while it runs.
 fn with_peer(
     inner: TowerToHyperService<Router>,
     peer: SocketAddr,
     state: Arc<ConnState>,
+    conns: Arc<Conns>,
 ) -> impl hyper::service::Service<
-    hyper::Request<hyper::body::Incoming>,
+    hyper::Request<Incoming>,
     Response = axum::response::Response,
     Error = std::convert::Infallible,
     Future: Send,
 > + Clone {
-    hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-        req.extensions_mut().insert(ConnectInfo(peer));
+    hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let (mut parts, body) = req.into_parts();
+        parts.extensions.insert(ConnectInfo(peer));
         let state = state.clone();
-        state.busy.fetch_add(1, Ordering::AcqRel);
-        state.last_active.fetch_max(now_ms(), Ordering::Relaxed);
-        let call = inner.call(req);
+        let phase = if body.is_end_stream() {
+            RUNNING
+        } else {
+            AWAITING_BODY
+        };
+        state.phase.store(phase, Ordering::Release);
+        state.touch();
+        let body = Watched {
+            inner: body,
+            state: state.clone(),
+        };
+        let call = inner.call(hyper::Request::from_parts(parts, body));
+        let conns = conns.clone();
         async move {
             let response = call.await;
-            state.busy.fetch_sub(1, Ordering::AcqRel);
-            state.last_active.fetch_max(now_ms(), Ordering::Relaxed);
+            state.phase.store(IDLE, Ordering::Release);
+            state.touch();
+            conns.went_idle.notify_waiters();
             response
         }
     })
+}
+
+/// A request body that tells its connection when a piece arrives and when
+/// the body is all in (or dropped unread).
+struct Watched {
+    inner: Incoming,
+    state: Arc<ConnState>,
+}
+
+impl hyper::body::Body for Watched {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(_))) => {
+                self.state.touch();
+                if self.inner.is_end_stream() {
+                    self.state.body_done();
+                }
+            }
+            Poll::Ready(_) => self.state.body_done(),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.state.body_done();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Registers connections in `phases`, each last active a second after
+    /// the one before.
+    fn conns(phases: &[u8]) -> (Conns, Vec<Arc<ConnState>>) {
+        let conns = Conns::default();
+        let states = phases
+            .iter()
+            .enumerate()
+            .map(|(i, phase)| {
+                let state = conns.register();
+                state.phase.store(*phase, Ordering::Release);
+                state
+                    .last_active
+                    .store(1_000 * (i as u64 + 1), Ordering::Relaxed);
+                state
+            })
+            .collect();
+        (conns, states)
+    }
+
+    fn evicted(states: &[Arc<ConnState>]) -> Vec<usize> {
+        (0..states.len())
+            .filter(|i| states[*i].evict.is_cancelled())
+            .collect()
+    }
+
+    #[test]
+    fn a_request_with_its_body_in_is_never_closed_for_a_newcomer() {
+        let (conns, states) = conns(&[RUNNING, RUNNING]);
+        conns.evict_longest_idle();
+        assert_eq!(evicted(&states), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn an_upload_stalled_longest_is_closed_like_an_idle_connection() {
+        // Oldest first: a running request, a stalled upload, an idle one.
+        let (conns, states) = conns(&[RUNNING, AWAITING_BODY, IDLE]);
+        conns.evict_longest_idle();
+        assert_eq!(evicted(&states), vec![1]);
+        // Its slot is on the way: nothing else is closed meanwhile.
+        conns.evict_longest_idle();
+        assert_eq!(evicted(&states), vec![1]);
+        conns.forget(&states[1]);
+        conns.evict_longest_idle();
+        assert_eq!(evicted(&states), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_piece_of_body_is_activity() {
+        let (conns, states) = conns(&[AWAITING_BODY, IDLE]);
+        states[0].touch();
+        conns.evict_longest_idle();
+        assert_eq!(evicted(&states), vec![1]);
+    }
+
+    #[test]
+    fn the_body_is_done_only_while_the_request_awaits_it() {
+        let (_conns, states) = conns(&[AWAITING_BODY, IDLE]);
+        states[0].body_done();
+        assert_eq!(states[0].phase.load(Ordering::Acquire), RUNNING);
+        // A body dropped after its request ended does not mark the
+        // connection busy.
+        states[1].body_done();
+        assert_eq!(states[1].phase.load(Ordering::Acquire), IDLE);
+    }
 }

@@ -3,14 +3,17 @@
 //! Starts the release `hookbox serve` on a fresh database, then runs phases
 //! of `--phase` seconds each: a baseline, slowloris (`--slowloris`
 //! connections sending a header byte every 100 ms), `--idle` connections
-//! that open and send nothing, and a duplicate storm (64 tasks resending
-//! one id). During every phase `--valid` keep-alive connections post
-//! signed, unique GitHub deliveries; the phase prints their count, errors,
-//! p50 and p99, and the server's peak resident memory during the phase
-//! (VmRSS sampled every 50 ms). `--runs` repeats the whole sequence on a
-//! fresh server each time and ends with the median of each figure per
-//! phase. Raise the fd limit first for many idle connections
-//! (`ulimit -n 65536`, as `bench/run.sh` does with `ATTACK=1`).
+//! that open and send nothing, idle uploads (eleven connections from
+//! 127.0.0.2 whose `Content-Length`s add up to the 256 MiB body budget, 10
+//! x 25 MiB + 6 MiB, sending no body and starting over whenever answered),
+//! and a duplicate storm (64 tasks resending one id). `--phases` picks
+//! some. During every phase `--valid` keep-alive connections post signed,
+//! unique GitHub deliveries; the phase prints their count, errors (of
+//! which 503s), p50 and p99 of the 202s, and the server's peak resident
+//! memory during the phase (VmRSS sampled every 50 ms). `--runs` repeats
+//! the whole sequence on a fresh server each time and ends with the median
+//! of each figure per phase. Raise the fd limit first for many idle
+//! connections (`ulimit -n 65536`, as `bench/run.sh` does with `ATTACK=1`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,8 +29,8 @@ use hmac::{KeyInit, Mac};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
 
 const SECRET: &str = "attack-secret";
 
@@ -55,7 +58,39 @@ struct Args {
     /// Times to run every phase, each on a fresh server.
     #[arg(long, default_value_t = 1)]
     runs: u32,
+    /// The phases to run, in this order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "baseline,slowloris,idle,uploads,storm"
+    )]
+    phases: Vec<Phase>,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Phase {
+    Baseline,
+    Slowloris,
+    Idle,
+    Uploads,
+    Storm,
+}
+
+/// The idle uploads' `Content-Length`s: 10 x 25 MiB + 6 MiB, hookbox's
+/// whole body budget.
+const UPLOADS: [u64; 11] = [
+    25 << 20,
+    25 << 20,
+    25 << 20,
+    25 << 20,
+    25 << 20,
+    25 << 20,
+    25 << 20,
+    25 << 20,
+    25 << 20,
+    25 << 20,
+    6 << 20,
+];
 
 /// What one phase measured.
 #[derive(Debug, Clone)]
@@ -63,6 +98,8 @@ struct Measured {
     name: String,
     rate: f64,
     errors: u64,
+    /// Of the errors, the answers 503.
+    unavailable: u64,
     p50_ms: f64,
     p99_ms: f64,
     peak_rss_mib: f64,
@@ -165,9 +202,17 @@ fn delivery(id: &str) -> Request<Full<Bytes>> {
         .expect("static parts make a valid request")
 }
 
-/// Posts until `stop`; each answer's status and latency in microseconds.
-async fn client(addr: SocketAddr, tag: String, stop: Arc<AtomicBool>) -> (Vec<u64>, u64) {
-    let (mut lat, mut errors, mut seq) = (Vec::new(), 0, 0u64);
+/// What one valid client saw: the latency of each 202 in microseconds,
+/// the other answers (and failures), and of those the 503s.
+struct Seen {
+    lat: Vec<u64>,
+    errors: u64,
+    unavailable: u64,
+}
+
+/// Posts until `stop`.
+async fn client(addr: SocketAddr, tag: String, stop: Arc<AtomicBool>) -> Seen {
+    let (mut lat, mut errors, mut unavailable, mut seq) = (Vec::new(), 0, 0, 0u64);
     'outer: while !stop.load(Ordering::Relaxed) {
         let Ok(stream) = TcpStream::connect(addr).await else {
             errors += 1;
@@ -189,14 +234,63 @@ async fn client(addr: SocketAddr, tag: String, stop: Arc<AtomicBool>) -> (Vec<u6
             };
             match answer {
                 (202, true) => lat.push(started.elapsed().as_micros() as u64),
-                _ => {
+                (status, _) => {
                     errors += 1;
+                    unavailable += u64::from(status == 503);
                     continue 'outer;
                 }
             }
         }
     }
-    (lat, errors)
+    Seen {
+        lat,
+        errors,
+        unavailable,
+    }
+}
+
+/// One idle upload from 127.0.0.2, over and over until `stop`: the head of
+/// a signed-looking GitHub delivery declaring `length` bytes, then nothing
+/// until the server answers or closes. Returns the answers it got.
+async fn idle_upload(addr: SocketAddr, length: u64, stop: Arc<AtomicBool>) -> u64 {
+    let mut answered = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let stream = async {
+            let socket = TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::from(([127, 0, 0, 2], 0)))?;
+            socket.connect(addr).await
+        };
+        let Ok(mut stream) = stream.await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let head = format!(
+            "POST /hooks/github HTTP/1.1\r\nhost: bench\r\nx-github-event: push\r\n\
+             x-github-delivery: upload\r\nx-hub-signature-256: sha256={}\r\n\
+             content-length: {length}\r\n\r\n",
+            "0".repeat(64)
+        );
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            continue;
+        }
+        let mut buf = [0u8; 512];
+        loop {
+            tokio::select! {
+                read = stream.read(&mut buf) => {
+                    if !matches!(read, Ok(n) if n > 0) {
+                        break;
+                    }
+                    answered += 1;
+                }
+                () = tokio::time::sleep(Duration::from_millis(100)) => {
+                    if stop.load(Ordering::Relaxed) {
+                        return answered;
+                    }
+                }
+            }
+        }
+    }
+    answered
 }
 
 async fn phase(
@@ -227,11 +321,12 @@ async fn phase(
         .collect();
     tokio::time::sleep(Duration::from_secs_f64(args.phase)).await;
     stop.store(true, Ordering::Relaxed);
-    let (mut lat, mut errors) = (Vec::new(), 0);
+    let (mut lat, mut errors, mut unavailable) = (Vec::new(), 0, 0);
     for c in clients {
-        if let Ok((l, e)) = c.await {
-            lat.extend(l);
-            errors += e;
+        if let Ok(seen) = c.await {
+            lat.extend(seen.lat);
+            errors += seen.errors;
+            unavailable += seen.unavailable;
         }
     }
     lat.sort_unstable();
@@ -243,6 +338,7 @@ async fn phase(
         name: name.to_owned(),
         rate: lat.len() as f64 / args.phase,
         errors,
+        unavailable,
         p50_ms: q(0.50),
         p99_ms: q(0.99),
         peak_rss_mib: sampler.await.unwrap_or(f64::NAN),
@@ -255,8 +351,8 @@ async fn phase(
 
 fn print(m: &Measured) {
     println!(
-        "{:<24} valid {:>6.0}/s  errors {:>4}  p50 {:>7.2} ms  p99 {:>7.2} ms  peak RSS {:>6.1} MiB",
-        m.name, m.rate, m.errors, m.p50_ms, m.p99_ms, m.peak_rss_mib
+        "{:<24} valid {:>6.0}/s  errors {:>6} (503: {:>6})  p50 {:>7.2} ms  p99 {:>7.2} ms  peak RSS {:>6.1} MiB",
+        m.name, m.rate, m.errors, m.unavailable, m.p50_ms, m.p99_ms, m.peak_rss_mib
     );
 }
 
@@ -285,6 +381,7 @@ async fn run(args: Args) -> Result<()> {
                 name: first.name.clone(),
                 rate: of(|m| m.rate),
                 errors: runs.iter().map(|r| r[p].errors).sum(),
+                unavailable: runs.iter().map(|r| r[p].unavailable).sum(),
                 p50_ms: of(|m| m.p50_ms),
                 p99_ms: of(|m| m.p99_ms),
                 peak_rss_mib: of(|m| m.peak_rss_mib),
@@ -297,14 +394,24 @@ async fn run(args: Args) -> Result<()> {
 
 async fn run_once(args: &Args) -> Result<Vec<Measured>> {
     let server = start(args).await?;
-    let addr = server.addr;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut measured = Vec::new();
+    for phase in &args.phases {
+        measured.push(match phase {
+            Phase::Baseline => self::phase(args, &server, "baseline", |_| {}).await,
+            Phase::Slowloris => slowloris(args, &server).await,
+            Phase::Idle => idle(args, &server).await,
+            Phase::Uploads => uploads(args, &server).await,
+            Phase::Storm => storm(args, &server).await,
+        });
+    }
+    drop(server);
+    Ok(measured)
+}
 
-    measured.push(phase(args, &server, "baseline", |_| {}).await);
-
-    let n = args.slowloris;
-    let slowloris = phase(args, &server, &format!("slowloris x{n}"), |stop| {
+async fn slowloris(args: &Args, server: &Server) -> Measured {
+    let (addr, n) = (server.addr, args.slowloris);
+    phase(args, server, &format!("slowloris x{n}"), |stop| {
         for i in 0..n {
             let stop = stop.clone();
             tokio::spawn(async move {
@@ -324,12 +431,14 @@ async fn run_once(args: &Args) -> Result<Vec<Measured>> {
             });
         }
     })
-    .await;
+    .await
+}
 
-    let n = args.idle;
+async fn idle(args: &Args, server: &Server) -> Measured {
+    let (addr, n) = (server.addr, args.idle);
     let opened = Arc::new(AtomicU64::new(0));
     let counted = opened.clone();
-    let idle = phase(args, &server, &format!("idle x{n}"), |stop| {
+    let measured = phase(args, server, &format!("idle x{n}"), |stop| {
         for _ in 0..n {
             let (stop, opened) = (stop.clone(), opened.clone());
             tokio::spawn(async move {
@@ -348,10 +457,35 @@ async fn run_once(args: &Args) -> Result<Vec<Measured>> {
         "  (idle connections opened: {})",
         counted.load(Ordering::Relaxed)
     );
+    measured
+}
 
+async fn uploads(args: &Args, server: &Server) -> Measured {
+    let addr = server.addr;
+    let answered = Arc::new(AtomicU64::new(0));
+    let counted = answered.clone();
+    let measured = phase(args, server, "idle uploads 256 MiB", |stop| {
+        for length in UPLOADS {
+            let (stop, answered) = (stop.clone(), answered.clone());
+            tokio::spawn(async move {
+                let n = idle_upload(addr, length, stop).await;
+                answered.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+    })
+    .await;
+    println!(
+        "  (idle uploads answered: {})",
+        counted.load(Ordering::Relaxed)
+    );
+    measured
+}
+
+async fn storm(args: &Args, server: &Server) -> Measured {
+    let addr = server.addr;
     let sent = Arc::new(AtomicU64::new(0));
     let storm = sent.clone();
-    let storm_phase = phase(args, &server, "duplicate storm x64", |stop| {
+    let measured = phase(args, server, "duplicate storm x64", |stop| {
         for _ in 0..64 {
             let (stop, sent) = (stop.clone(), sent.clone());
             tokio::spawn(async move {
@@ -381,7 +515,5 @@ async fn run_once(args: &Args) -> Result<Vec<Measured>> {
         "  (storm requests answered: {})",
         storm.load(Ordering::Relaxed)
     );
-    measured.extend([slowloris, idle, storm_phase]);
-    drop(server);
-    Ok(measured)
+    measured
 }

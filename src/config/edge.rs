@@ -40,6 +40,12 @@ pub struct RawEdge {
     /// Most addresses the failure limit remembers; the least recently seen
     /// go first, so memory stays bounded under a flood of addresses.
     pub max_tracked: usize,
+    /// Bytes of request bodies one client address may hold at once, of
+    /// the process's 256 MiB; never less than the largest body a source
+    /// accepts.
+    pub max_client_body_bytes: u64,
+    /// Request bodies one client address may have being read at once.
+    pub max_client_bodies: u32,
 }
 
 impl Default for RawEdge {
@@ -52,6 +58,8 @@ impl Default for RawEdge {
             failure_window: Duration::from_secs(60),
             block_for: Duration::from_secs(300),
             max_tracked: 10_000,
+            max_client_body_bytes: 64 * 1024 * 1024,
+            max_client_bodies: 32,
         }
     }
 }
@@ -105,6 +113,8 @@ pub struct EdgeConfig {
     pub failure_window: Duration,
     pub block_for: Duration,
     pub max_tracked: usize,
+    pub max_client_body_bytes: u64,
+    pub max_client_bodies: u32,
 }
 
 /// A CIDR (`192.0.2.0/24`, `2001:db8::/32`) or a bare address (a /32 or
@@ -141,6 +151,8 @@ pub fn validate(edge: &RawEdge, server: &RawServer, problems: &mut Vec<String>) 
     limits::EDGE_FAILURE_WINDOW.check("edge", edge.failure_window, problems);
     limits::EDGE_BLOCK_FOR.check("edge", edge.block_for, problems);
     limits::EDGE_MAX_TRACKED.check("edge", edge.max_tracked, problems);
+    limits::EDGE_MAX_CLIENT_BODY_BYTES.check("edge", edge.max_client_body_bytes, problems);
+    limits::EDGE_MAX_CLIENT_BODIES.check("edge", edge.max_client_bodies, problems);
     EdgeConfig {
         trusted_proxies,
         forwarded_header: server.forwarded_header,
@@ -151,6 +163,8 @@ pub fn validate(edge: &RawEdge, server: &RawServer, problems: &mut Vec<String>) 
         failure_window: edge.failure_window,
         block_for: edge.block_for,
         max_tracked: edge.max_tracked,
+        max_client_body_bytes: edge.max_client_body_bytes,
+        max_client_bodies: edge.max_client_bodies,
     }
 }
 
@@ -228,6 +242,8 @@ mod tests {
         let edge = RawEdge {
             block_for: Duration::ZERO,
             github_meta_url: "ftp://x".into(),
+            max_client_body_bytes: 0,
+            max_client_bodies: 0,
             ..RawEdge::default()
         };
         let mut problems = Vec::new();
@@ -239,6 +255,8 @@ mod tests {
             "server.max_connections",
             "edge.github_meta_url",
             "edge.block_for",
+            "edge.max_client_body_bytes",
+            "edge.max_client_bodies",
         ] {
             assert!(text.contains(key), "no {key} in {text}");
         }

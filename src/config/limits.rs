@@ -200,6 +200,11 @@ pub const BACKUP_KEEP: CountLimit = count("backup.keep", 1, 10_000);
 pub const EDGE_MAX_FAILURES: CountLimit = count("edge.max_failures", 0, 1_000_000);
 /// About a hundred bytes each: a million is some 100 MB.
 pub const EDGE_MAX_TRACKED: CountLimit = count("edge.max_tracked", 1, 1_000_000);
+/// All of the memory the bodies being read share (`receive`'s budget).
+pub const EDGE_MAX_CLIENT_BODY_BYTES: CountLimit =
+    count("edge.max_client_body_bytes", 1, 256 * MIB);
+/// Far more than one provider sends at once; each holds a connection.
+pub const EDGE_MAX_CLIENT_BODIES: CountLimit = count("edge.max_client_bodies", 1, 100_000);
 /// With `backoff_cap` at its maximum, a thousand attempts span years.
 pub const DELIVER_MAX_ATTEMPTS: CountLimit = count("sources.deliver.max_attempts", 1, 1000);
 /// A thousand requests or processes at once, per source, is already more
@@ -217,6 +222,8 @@ pub const COUNTS: &[CountLimit] = &[
     BACKUP_KEEP,
     EDGE_MAX_FAILURES,
     EDGE_MAX_TRACKED,
+    EDGE_MAX_CLIENT_BODY_BYTES,
+    EDGE_MAX_CLIENT_BODIES,
     DELIVER_MAX_ATTEMPTS,
     DELIVER_CONCURRENCY,
 ];

@@ -6,14 +6,17 @@
 //! default, or RFC 7239 `Forwarded`): a proxy that manages one header
 //! passes the other through from the client untouched, so reading both
 //! would let a client choose its own address. Each proxy appends the
-//! address it received from, so the header is read from the right,
+//! address it received from, so the header is walked from the right,
 //! skipping trusted hops; the first untrusted hop is the client. Entries to
-//! its left were written by the client itself and are ignored. When every
-//! hop is trusted, the leftmost is the client.
+//! its left were written by the client itself and are never parsed, so junk
+//! there changes nothing. When every hop is trusted, the leftmost is the
+//! client; a trusted peer that sends no header at all is the client itself.
 //!
-//! A header that cannot be read, or a client hop that is obfuscated
-//! (`for=_hidden`, `for=unknown`), leaves the peer as the client; the
-//! caller counts those fallbacks.
+//! A hop that cannot be read before the client is found (junk, or an
+//! obfuscated `for=_hidden` / `for=unknown`) was written by a trusted proxy
+//! and leaves the client unknown: the request is refused ([`Unreadable`]).
+//! Falling back to the peer instead would make every such request come from
+//! the proxy, an address an allowlist may well admit.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -22,13 +25,24 @@ use ipnet::IpNet;
 
 use crate::config::ForwardedHeader;
 
-/// The resolved client, and why the peer was used if a header was expected.
+/// Why a trusted proxy's header names no client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr {
-    pub ip: IpAddr,
-    /// `Some` when a trusted peer's header could not name the client:
-    /// `"malformed"` or `"obfuscated"`.
-    pub fallback: Option<&'static str>,
+pub enum Unreadable {
+    /// A hop that is not an address, or a header that is not text.
+    Malformed,
+    /// The hop is `unknown`, an obfuscated identifier, or an element
+    /// without `for`.
+    Obfuscated,
+}
+
+impl Unreadable {
+    /// The `{"error": ...}` of the 400 and the metrics label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unreadable::Malformed => "malformed_forwarding_header",
+            Unreadable::Obfuscated => "unknown_client",
+        }
+    }
 }
 
 /// The trusted proxies and the header they set.
@@ -56,94 +70,74 @@ impl Proxies {
     }
 
     /// The client of a request from `peer` carrying `headers`.
-    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> ClientAddr {
+    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Result<IpAddr, Unreadable> {
         let peer = peer.to_canonical();
-        let direct = ClientAddr {
-            ip: peer,
-            fallback: None,
-        };
         if !self.is_trusted(peer) {
-            return direct;
+            return Ok(peer);
         }
-        let hops = match self.header {
-            ForwardedHeader::XForwardedFor => joined(headers, "x-forwarded-for").map(|v| xff(&v)),
-            ForwardedHeader::Forwarded => joined(headers, "forwarded").map(|v| forwarded(&v)),
-        };
-        let hops = match hops {
-            None => return direct,
-            Some(Ok(hops)) => hops,
-            Some(Err(())) => {
-                return ClientAddr {
-                    ip: peer,
-                    fallback: Some("malformed"),
-                };
-            }
-        };
-        for hop in hops.iter().rev() {
-            match *hop {
-                Hop::Ip(ip) if self.is_trusted(ip) => continue,
-                Hop::Ip(ip) => {
-                    return ClientAddr { ip, fallback: None };
-                }
-                Hop::Opaque => {
-                    return ClientAddr {
-                        ip: peer,
-                        fallback: Some("obfuscated"),
-                    };
-                }
+        let items = items(headers, self.header);
+        if items.is_empty() {
+            return Ok(peer);
+        }
+        let mut leftmost = None;
+        for item in items.iter().rev() {
+            let Ok(text) = item else {
+                return Err(Unreadable::Malformed);
+            };
+            let hop = match self.header {
+                ForwardedHeader::XForwardedFor => node(text.trim()),
+                ForwardedHeader::Forwarded => forwarded_element(text),
+            };
+            match hop.map_err(|()| Unreadable::Malformed)? {
+                Hop::Ip(ip) if self.is_trusted(ip) => leftmost = Some(ip),
+                Hop::Ip(ip) => return Ok(ip),
+                Hop::Opaque => return Err(Unreadable::Obfuscated),
             }
         }
-        match hops.first() {
-            Some(Hop::Ip(ip)) => ClientAddr {
-                ip: *ip,
-                fallback: None,
-            },
-            _ => direct,
-        }
+        Ok(leftmost.unwrap_or(peer))
     }
 }
 
-/// Every line of a header, in order, joined as one list (RFC 9110 5.3).
-/// `None` when absent; `Some(Err)` when a value is not visible ASCII.
-fn joined(headers: &HeaderMap, name: &str) -> Option<Result<String, ()>> {
-    let mut values = headers.get_all(name).iter().peekable();
-    values.peek()?;
-    let mut out = String::new();
-    for value in values {
-        let Ok(text) = value.to_str() else {
-            return Some(Err(()));
+/// The elements of every line of the header, in order (several lines read
+/// as one list, RFC 9110 5.3), unparsed. A line is split on its own, so a
+/// quote a client leaves open cannot swallow the line a proxy added; a line
+/// that is not visible ASCII is one unreadable element, which only matters
+/// if the walk reaches it.
+fn items(headers: &HeaderMap, header: ForwardedHeader) -> Vec<Result<String, ()>> {
+    let name = match header {
+        ForwardedHeader::XForwardedFor => "x-forwarded-for",
+        ForwardedHeader::Forwarded => "forwarded",
+    };
+    let mut out = Vec::new();
+    for value in headers.get_all(name) {
+        let Ok(line) = value.to_str() else {
+            out.push(Err(()));
+            continue;
         };
-        if !out.is_empty() {
-            out.push(',');
-        }
-        out.push_str(text);
-    }
-    Some(Ok(out))
-}
-
-fn xff(value: &Result<String, ()>) -> Result<Vec<Hop>, ()> {
-    let value = value.as_ref().map_err(|_| ())?;
-    value.split(',').map(|item| node(item.trim())).collect()
-}
-
-fn forwarded(value: &Result<String, ()>) -> Result<Vec<Hop>, ()> {
-    let value = value.as_ref().map_err(|_| ())?;
-    let mut hops = Vec::new();
-    for element in split_outside_quotes(value, ',') {
-        let mut hop = Hop::Opaque;
-        for pair in split_outside_quotes(&element, ';') {
-            let pair = pair.trim();
-            if pair.is_empty() {
-                continue;
-            }
-            let (key, raw) = pair.split_once('=').ok_or(())?;
-            if key.trim().eq_ignore_ascii_case("for") {
-                hop = node(&unquote(raw.trim())?)?;
+        match header {
+            ForwardedHeader::XForwardedFor => out.extend(line.split(',').map(|i| Ok(i.to_owned()))),
+            ForwardedHeader::Forwarded => {
+                out.extend(split_outside_quotes(line, ',').into_iter().map(Ok));
             }
         }
-        hops.push(hop);
     }
-    Ok(hops)
+    out
+}
+
+/// One `Forwarded` element: its `for` node, or [`Hop::Opaque`] without one.
+fn forwarded_element(element: &str) -> Result<Hop, ()> {
+    let mut hop = Hop::Opaque;
+    for pair in split_outside_quotes(element, ';') {
+        let pair = pair.trim();
+        if pair.is_empty() {
+            continue;
+        }
+        let (key, raw) = pair.split_once('=').ok_or(())?;
+        if key.trim().eq_ignore_ascii_case("for") {
+            hop = node(&unquote(raw.trim())?)?;
+        }
+    }
+    Ok(hop)
 }
 
 /// Splits on `sep` where it is not inside a quoted string.
@@ -239,12 +233,12 @@ mod tests {
 
     const LB: &str = "10.0.0.5";
 
-    fn xff_client(value: &str) -> ClientAddr {
+    fn xff_client(value: &str) -> Result<IpAddr, Unreadable> {
         proxies(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor)
             .resolve(ip(LB), &headers(&[("x-forwarded-for", value)]))
     }
 
-    fn fwd_client(value: &str) -> ClientAddr {
+    fn fwd_client(value: &str) -> Result<IpAddr, Unreadable> {
         proxies(
             &["10.0.0.0/8", "2001:db8:ffff::/48"],
             ForwardedHeader::Forwarded,
@@ -256,36 +250,29 @@ mod tests {
     fn an_untrusted_peer_is_the_client_whatever_it_claims() {
         let p = proxies(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
         let h = headers(&[("x-forwarded-for", "203.0.113.7")]);
-        let got = p.resolve(ip("198.51.100.9"), &h);
-        assert_eq!(got.ip, ip("198.51.100.9"));
-        assert_eq!(got.fallback, None);
+        assert_eq!(p.resolve(ip("198.51.100.9"), &h), Ok(ip("198.51.100.9")));
+        let junk = headers(&[("x-forwarded-for", "junk")]);
+        assert_eq!(p.resolve(ip("198.51.100.9"), &junk), Ok(ip("198.51.100.9")));
         let none = proxies(&[], ForwardedHeader::XForwardedFor);
-        assert_eq!(none.resolve(ip(LB), &h).ip, ip(LB));
+        assert_eq!(none.resolve(ip(LB), &h), Ok(ip(LB)));
     }
 
     #[test]
     fn a_trusted_peer_without_a_header_is_the_client() {
         let p = proxies(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
-        let got = p.resolve(ip(LB), &HeaderMap::new());
-        assert_eq!(
-            got,
-            ClientAddr {
-                ip: ip(LB),
-                fallback: None
-            }
-        );
+        assert_eq!(p.resolve(ip(LB), &HeaderMap::new()), Ok(ip(LB)));
     }
 
     #[test]
     fn x_forwarded_for_is_read_from_the_right_skipping_trusted_hops() {
-        assert_eq!(xff_client("203.0.113.7").ip, ip("203.0.113.7"));
-        assert_eq!(xff_client("203.0.113.7, 10.1.2.3").ip, ip("203.0.113.7"));
-        assert_eq!(xff_client("2001:db8::7").ip, ip("2001:db8::7"));
-        assert_eq!(xff_client("[2001:db8::7]:443").ip, ip("2001:db8::7"));
-        assert_eq!(xff_client("203.0.113.7:5555").ip, ip("203.0.113.7"));
-        assert_eq!(xff_client("::ffff:203.0.113.7").ip, ip("203.0.113.7"));
+        assert_eq!(xff_client("203.0.113.7"), Ok(ip("203.0.113.7")));
+        assert_eq!(xff_client("203.0.113.7, 10.1.2.3"), Ok(ip("203.0.113.7")));
+        assert_eq!(xff_client("2001:db8::7"), Ok(ip("2001:db8::7")));
+        assert_eq!(xff_client("[2001:db8::7]:443"), Ok(ip("2001:db8::7")));
+        assert_eq!(xff_client("203.0.113.7:5555"), Ok(ip("203.0.113.7")));
+        assert_eq!(xff_client("::ffff:203.0.113.7"), Ok(ip("203.0.113.7")));
         // Every hop trusted: the leftmost is the client.
-        assert_eq!(xff_client("10.9.9.9, 10.1.1.1").ip, ip("10.9.9.9"));
+        assert_eq!(xff_client("10.9.9.9, 10.1.1.1"), Ok(ip("10.9.9.9")));
     }
 
     #[test]
@@ -293,13 +280,48 @@ mod tests {
         // The client sent "X-Forwarded-For: 203.0.113.7" itself; the proxy
         // appended the address it saw.
         assert_eq!(
-            xff_client("203.0.113.7, 198.51.100.1").ip,
-            ip("198.51.100.1")
+            xff_client("203.0.113.7, 198.51.100.1"),
+            Ok(ip("198.51.100.1"))
         );
         assert_eq!(
-            fwd_client("for=203.0.113.7, for=198.51.100.1;proto=https").ip,
-            ip("198.51.100.1")
+            fwd_client("for=203.0.113.7, for=198.51.100.1;proto=https"),
+            Ok(ip("198.51.100.1"))
         );
+    }
+
+    #[test]
+    fn junk_left_of_the_first_untrusted_hop_is_never_read() {
+        for value in [
+            "junk, 203.0.113.9",
+            "junk, 203.0.113.9, 10.0.0.2",
+            "203.0.113.300,,not an address, 203.0.113.9",
+            ", 203.0.113.9",
+        ] {
+            assert_eq!(xff_client(value), Ok(ip("203.0.113.9")), "{value:?}");
+        }
+        for value in [
+            "for=\"192.0.2.1\"x, for=203.0.113.9",
+            "for, for=_hidden, for=unknown, for=203.0.113.9;proto=https",
+            "for=[2001:db8::1, for=\"[2001:db8:cafe::17]\"",
+        ] {
+            assert!(fwd_client(value).is_ok(), "{value:?}");
+        }
+        // A line a client sent with a quote left open does not swallow
+        // the line the proxy added.
+        let p = proxies(&["10.0.0.0/8"], ForwardedHeader::Forwarded);
+        let h = headers(&[("forwarded", "for=\"x"), ("forwarded", "for=203.0.113.9")]);
+        assert_eq!(p.resolve(ip(LB), &h), Ok(ip("203.0.113.9")));
+        // Nor does a line that is not text.
+        let p = proxies(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
+        h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
+        assert_eq!(p.resolve(ip(LB), &h), Ok(ip("203.0.113.9")));
+        h.append("x-forwarded-for", HeaderValue::from_bytes(b"\xff").unwrap());
+        assert_eq!(p.resolve(ip(LB), &h), Err(Unreadable::Malformed));
     }
 
     #[test]
@@ -309,67 +331,75 @@ mod tests {
             ("x-forwarded-for", "203.0.113.7"),
             ("x-forwarded-for", "198.51.100.1, 10.0.0.2"),
         ]);
-        assert_eq!(p.resolve(ip(LB), &h).ip, ip("198.51.100.1"));
+        assert_eq!(p.resolve(ip(LB), &h), Ok(ip("198.51.100.1")));
     }
 
     #[test]
     fn forwarded_handles_ports_quotes_case_and_ipv6() {
         assert_eq!(
-            fwd_client("for=192.0.2.60;proto=http;by=203.0.113.43").ip,
-            ip("192.0.2.60")
+            fwd_client("for=192.0.2.60;proto=http;by=203.0.113.43"),
+            Ok(ip("192.0.2.60"))
         );
-        assert_eq!(fwd_client("For=\"192.0.2.43:47011\"").ip, ip("192.0.2.43"));
+        assert_eq!(fwd_client("For=\"192.0.2.43:47011\""), Ok(ip("192.0.2.43")));
         assert_eq!(
-            fwd_client("for=\"[2001:db8:cafe::17]:4711\"").ip,
-            ip("2001:db8:cafe::17")
-        );
-        assert_eq!(
-            fwd_client("for=\"[2001:db8:cafe::17]\"").ip,
-            ip("2001:db8:cafe::17")
+            fwd_client("for=\"[2001:db8:cafe::17]:4711\""),
+            Ok(ip("2001:db8:cafe::17"))
         );
         assert_eq!(
-            fwd_client("for=\"[2001:db8:cafe::17]:4711\", for=\"[2001:db8:ffff::1]\"").ip,
-            ip("2001:db8:cafe::17")
+            fwd_client("for=\"[2001:db8:cafe::17]\""),
+            Ok(ip("2001:db8:cafe::17"))
         );
-        assert_eq!(fwd_client("for=192.0.2.43:_hidden").ip, ip("192.0.2.43"));
+        assert_eq!(
+            fwd_client("for=\"[2001:db8:cafe::17]:4711\", for=\"[2001:db8:ffff::1]\""),
+            Ok(ip("2001:db8:cafe::17"))
+        );
+        assert_eq!(fwd_client("for=192.0.2.43:_hidden"), Ok(ip("192.0.2.43")));
         // A quoted comma does not split elements.
         assert_eq!(
-            fwd_client("for=198.51.100.1;ext=\"a,b\", for=10.0.0.3").ip,
-            ip("198.51.100.1")
+            fwd_client("for=198.51.100.1;ext=\"a,b\", for=10.0.0.3"),
+            Ok(ip("198.51.100.1"))
         );
     }
 
     #[test]
-    fn an_obfuscated_client_hop_falls_back_to_the_peer() {
+    fn an_obfuscated_client_hop_is_unknown_not_the_peer() {
         for value in [
             "for=_hidden",
             "for=unknown",
             "for=_x, for=10.0.0.2",
             "proto=https",
         ] {
-            let got = fwd_client(value);
-            assert_eq!(got.ip, ip(LB), "{value}");
-            assert_eq!(got.fallback, Some("obfuscated"), "{value}");
+            assert_eq!(fwd_client(value), Err(Unreadable::Obfuscated), "{value}");
         }
+        assert_eq!(xff_client("unknown"), Err(Unreadable::Obfuscated));
         // Obfuscated hops left of the client do not matter.
-        assert_eq!(fwd_client("for=_x, for=198.51.100.1").fallback, None);
+        assert_eq!(
+            fwd_client("for=_x, for=198.51.100.1"),
+            Ok(ip("198.51.100.1"))
+        );
     }
 
     #[test]
-    fn malformed_headers_fall_back_to_the_peer() {
-        for value in ["not-an-ip", "203.0.113.7,,10.0.0.1", "", "203.0.113.300"] {
-            let got = xff_client(value);
-            assert_eq!(
-                got,
-                ClientAddr {
-                    ip: ip(LB),
-                    fallback: Some("malformed")
-                },
-                "{value:?}"
-            );
+    fn a_header_unreadable_before_the_client_is_malformed_not_the_peer() {
+        for value in [
+            "not-an-ip",
+            "203.0.113.7,,10.0.0.1",
+            "",
+            "203.0.113.300",
+            "203.0.113.9, junk",
+            "203.0.113.9,",
+            "junk, 10.0.0.1",
+        ] {
+            assert_eq!(xff_client(value), Err(Unreadable::Malformed), "{value:?}");
         }
-        for value in ["for=\"192.0.2.1", "for", "for=[2001:db8::1", "for=\"\\"] {
-            assert_eq!(fwd_client(value).fallback, Some("malformed"), "{value:?}");
+        for value in [
+            "for=\"192.0.2.1",
+            "for",
+            "for=[2001:db8::1",
+            "for=\"\\",
+            "for=203.0.113.9, for=\"10.0.0.1",
+        ] {
+            assert_eq!(fwd_client(value), Err(Unreadable::Malformed), "{value:?}");
         }
     }
 
@@ -377,13 +407,13 @@ mod tests {
     fn only_the_configured_header_is_believed() {
         let p = proxies(&["10.0.0.0/8"], ForwardedHeader::XForwardedFor);
         let h = headers(&[("forwarded", "for=203.0.113.7")]);
-        assert_eq!(p.resolve(ip(LB), &h).ip, ip(LB));
+        assert_eq!(p.resolve(ip(LB), &h), Ok(ip(LB)));
     }
 
     #[test]
     fn a_mapped_ipv4_peer_matches_ipv4_proxies() {
         let p = proxies(&["127.0.0.1/32"], ForwardedHeader::XForwardedFor);
         let h = headers(&[("x-forwarded-for", "203.0.113.7")]);
-        assert_eq!(p.resolve(ip("::ffff:127.0.0.1"), &h).ip, ip("203.0.113.7"));
+        assert_eq!(p.resolve(ip("::ffff:127.0.0.1"), &h), Ok(ip("203.0.113.7")));
     }
 }

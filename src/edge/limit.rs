@@ -37,7 +37,7 @@ pub struct FailureLimit {
 }
 
 /// The key an address is counted under: itself, or its /64 for IPv6.
-fn key(ip: IpAddr) -> IpAddr {
+pub(super) fn key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => {
             let bits = u128::from(v6) & !((1u128 << 64) - 1);

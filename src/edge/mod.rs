@@ -1,20 +1,29 @@
-//! The edge: what is decided about a request before its body is read.
+//! The edge: what is decided about a request from its headers, and what its
+//! body may hold while it is read.
 //!
 //! For `POST /hooks/{source}`, in this order:
 //!
 //! 1. **Who is asking** ([`client_addr`]): the TCP peer, or, behind a peer in
-//!    `server.trusted_proxies`, the rightmost untrusted hop of its
-//!    forwarding header.
+//!    `server.trusted_proxies`, the first untrusted hop of its forwarding
+//!    header read from the right. A header a trusted proxy wrote that names
+//!    no client is refused: 400 `malformed_forwarding_header` or
+//!    `unknown_client`.
 //! 2. **May it post to this source** (`allow_ips`: CIDRs and the named sets
 //!    of [`sets`]): if not, 403 `forbidden_address`.
 //! 3. **Has it been failing verification** ([`limit`]): if it is blocked,
-//!    429 `too_many_failures` with `Retry-After`.
+//!    429 `too_many_failures` with `Retry-After`. Failures are 401s and
+//!    bodies not sent within `body_timeout` (408).
+//! 4. **How much body may it hold** ([`bodies`]): bytes are charged as they
+//!    arrive against the process's budget and the address's share; over
+//!    either, 503 `unavailable` with `Retry-After`.
 //!
 //! Refusals are counted in `hookbox_edge_refused_total{source,reason}` and
 //! never logged with the address (debug level names the source only).
-//! `crate::receive` calls [`Edge::admit`] first and [`Edge::failed`] after a
-//! 401; the global connection cap lives in `crate::server`.
+//! `crate::receive` calls [`Edge::client`] and [`Edge::admit`] first,
+//! [`Edge::start_body`] before reading the body, and [`Edge::failed`] after
+//! a 401 or 408; the global connection cap lives in `crate::server`.
 
+pub mod bodies;
 pub mod client_addr;
 pub mod limit;
 pub mod sets;
@@ -29,6 +38,7 @@ use axum::http::request::Parts;
 use crate::config::{AllowIps, Config};
 use crate::error::ApiError;
 use crate::metrics::EdgeMetrics;
+use bodies::{Bodies, Charge, Refused};
 use client_addr::Proxies;
 use limit::FailureLimit;
 use sets::NamedSets;
@@ -40,6 +50,7 @@ pub struct Edge {
     pub sets: Arc<NamedSets>,
     /// `None` when `edge.max_failures = 0`.
     limit: Option<FailureLimit>,
+    bodies: Arc<Bodies>,
     metrics: EdgeMetrics,
 }
 
@@ -52,23 +63,63 @@ impl Edge {
             ),
             sets: Arc::new(NamedSets::default()),
             limit: FailureLimit::new(&config.edge),
+            bodies: Arc::new(Bodies::new(
+                client_body_bytes(config),
+                config.edge.max_client_bodies,
+                metrics.clone(),
+            )),
             metrics,
         }
     }
 
-    /// The client address of a request. Without the peer address (a
-    /// router driven without `crate::server`), the unspecified address
-    /// stands in: it is in no allowlist.
-    pub fn client(&self, parts: &Parts) -> IpAddr {
+    /// The client address of a request to `source`. Without the peer
+    /// address (a router driven without `crate::server`), the unspecified
+    /// address stands in: it is in no allowlist.
+    pub fn client(&self, source: &str, parts: &Parts) -> Result<IpAddr, ApiError> {
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-        let client = self.proxies.resolve(peer, &parts.headers);
-        if let Some(reason) = client.fallback {
-            self.metrics.forwarded_fallback(reason);
+        self.proxies.resolve(peer, &parts.headers).map_err(|why| {
+            let reason = why.reason();
+            self.metrics.refused(source, reason);
+            tracing::debug!(source, reason, "refused a forwarding header");
+            ApiError::UnknownClient(reason)
+        })
+    }
+
+    /// Starts reading a body from `client`; the charge goes with the body
+    /// (see [`Edge::charge`]) and is given back when dropped.
+    pub fn start_body(&self, source: &str, client: IpAddr) -> Result<Charge, ApiError> {
+        self.bodies
+            .start(client)
+            .map_err(|why| self.body_refused(source, why))
+    }
+
+    /// Charges `n` bytes of a body that just arrived.
+    pub fn charge(&self, source: &str, charge: &mut Charge, n: usize) -> Result<(), ApiError> {
+        charge.add(n).map_err(|why| self.body_refused(source, why))
+    }
+
+    fn body_refused(&self, source: &str, why: Refused) -> ApiError {
+        self.metrics.refused(source, why.reason());
+        match why {
+            // Everyone's bodies are waiting on this one: worth a warning.
+            Refused::Memory => {
+                tracing::warn!(
+                    source,
+                    "request bodies use all of their memory budget; answering 503"
+                );
+            }
+            Refused::ClientBytes | Refused::ClientBodies => {
+                tracing::debug!(
+                    source,
+                    reason = why.reason(),
+                    "refused a body over its address's share"
+                );
+            }
         }
-        client.ip
+        ApiError::Unavailable
     }
 
     /// Decides whether `client` may post to `source`, before the body.
@@ -102,7 +153,8 @@ impl Edge {
         Ok(())
     }
 
-    /// Counts a failed verification from `client`.
+    /// Counts a failed verification, or a body not sent in time, from
+    /// `client`.
     pub fn failed(&self, client: IpAddr) {
         if let Some(limit) = &self.limit
             && limit.failed(client, Instant::now())
@@ -131,6 +183,14 @@ impl Edge {
             "not_allowed"
         })
     }
+}
+
+/// What one address may hold of the body budget: `edge.max_client_body_bytes`,
+/// raised to the largest body a source accepts so that every body the
+/// limits allow can be read.
+fn client_body_bytes(config: &Config) -> u64 {
+    let largest = config.sources.iter().map(|s| s.max_body_bytes).max();
+    config.edge.max_client_body_bytes.max(largest.unwrap_or(0))
 }
 
 /// Whole seconds, rounded up, never 0 (`Retry-After: 0` invites a retry

@@ -1,12 +1,15 @@
 //! `POST /hooks/{source}`: read, verify, identify, store, answer.
 //!
 //! The handler reads as the contract does: find the source (404), ask the
-//! edge about the client address before anything else (403 not allowed, 429
-//! blocked; see `crate::edge`), read the
-//! body within its limit and time (413, 408), verify the signature on the
-//! exact bytes (401), identify the event (400), hand it to the writer and
-//! answer only once it is committed (202 new, 200 duplicate, 503 when the
-//! store cannot take it). Provider specifics live one file per kind; this
+//! edge about the client address before anything else (400 a trusted
+//! proxy's header names no client, 403 not allowed, 429 blocked; see
+//! `crate::edge`), read the body within its limit and time (413, 408),
+//! charging its bytes to the edge's body budget as they arrive (503 when
+//! the budget or the address's share of it is spent), verify the signature
+//! on the exact bytes (401), identify the event (400), hand it to the
+//! writer and answer only once it is committed (202 new, 200 duplicate, 503
+//! when the store cannot take it). A 401 and a 408 count toward the
+//! client's failure limit. Provider specifics live one file per kind; this
 //! module only chooses among them.
 
 pub mod github;
@@ -20,6 +23,7 @@ pub mod stripe;
 pub mod verify;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,13 +34,14 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use serde_json::json;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 
 use crate::clock;
 use crate::config::{AllowIps, Config, Kind, SourceConfig};
 use crate::edge::Edge;
+use crate::edge::bodies::Charge;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, SourceMetrics};
 use crate::store::models::{Inserted, NewEvent, Origin, State as EventState};
@@ -214,10 +219,8 @@ pub struct Receiver {
     dispatch: Arc<Notify>,
     /// Counts requests to names no source answers, under one label.
     unknown: SourceMetrics,
-    /// Client address, allowlists and the failure limit.
+    /// Client address, allowlists, the failure limit and the body budget.
     edge: Arc<Edge>,
-    /// Bodies being read or stored, in KiB: see [`BODY_MEMORY_KIB`].
-    body_memory: Arc<Semaphore>,
 }
 
 impl Receiver {
@@ -242,7 +245,6 @@ impl Receiver {
             sources: Arc::new(sources),
             writer,
             body_timeout: config.server.body_timeout,
-            body_memory: Arc::new(Semaphore::new(BODY_MEMORY_KIB)),
             dispatch,
             unknown: metrics.unknown_source(),
             edge,
@@ -281,13 +283,29 @@ pub async fn receive(
     };
     let metrics = &source.metrics;
     let (parts, body) = request.into_parts();
-    let client = rx.edge.client(&parts);
-    if let Err(refused) = rx.edge.admit(&name, source.allow_ips.as_ref(), client) {
-        metrics.rejected(refused.reason(), started.elapsed());
-        return Err(refused);
-    }
-    let answer = handle(&rx, source.clone(), Request::from_parts(parts, body)).await;
-    if let Err(ApiError::Unverified(_)) = &answer {
+    let admitted = rx.edge.client(&name, &parts).and_then(|client| {
+        rx.edge
+            .admit(&name, source.allow_ips.as_ref(), client)
+            .map(|()| client)
+    });
+    let client = match admitted {
+        Ok(client) => client,
+        Err(refused) => {
+            metrics.rejected(refused.reason(), started.elapsed());
+            return Err(refused);
+        }
+    };
+    let answer = handle(
+        &rx,
+        source.clone(),
+        client,
+        Request::from_parts(parts, body),
+    )
+    .await;
+    // A body that never comes holds a connection and a reader's place for
+    // the whole body timeout, at no cost to whoever sends it: it counts
+    // like a forged signature.
+    if let Err(ApiError::Unverified(_) | ApiError::BodyTimeout) = &answer {
         rx.edge.failed(client);
     }
     let took = started.elapsed();
@@ -314,12 +332,21 @@ pub async fn receive(
     })
 }
 
-/// Reads, verifies, identifies and stores one request.
-async fn handle(rx: &Receiver, source: Arc<Source>, request: Request) -> Result<Answer, ApiError> {
+/// Reads, verifies, identifies and stores one request from `client`.
+async fn handle(
+    rx: &Receiver,
+    source: Arc<Source>,
+    client: IpAddr,
+    request: Request,
+) -> Result<Answer, ApiError> {
     let (parts, body) = request.into_parts();
+    if declared_length(&parts.headers).is_some_and(|len| len > source.max_body_bytes) {
+        return Err(ApiError::BodyTooLarge);
+    }
     // Held until the event is stored or refused.
-    let _memory = reserve_body_memory(&rx.body_memory, &parts.headers, source.max_body_bytes)?;
-    let body = read_body(body, source.max_body_bytes, rx.body_timeout).await?;
+    let mut charge = rx.edge.start_body(&source.name, client)?;
+    let body = read_body(rx, &source, body, &mut charge).await?;
+    charge.read();
     let now = clock::now_ms();
     let examined = if body.len() <= INLINE_VERIFY_MAX {
         source.examine(&parts.headers, body, now)
@@ -359,46 +386,56 @@ async fn handle(rx: &Receiver, source: Arc<Source>, request: Request) -> Result<
     }
 }
 
-/// Memory for request bodies across all requests, in KiB (256 MiB). Bodies
-/// are read whole before their signature can be checked, so without a
-/// budget a thousand connections could each hold a 25 MiB body. A request
-/// reserves its `Content-Length` (or, without one, its source's limit)
-/// before reading; when the budget is spent it gets 503 with
-/// `Retry-After`, which every provider retries.
-const BODY_MEMORY_KIB: usize = 256 * 1024;
-
-fn reserve_body_memory(
-    budget: &Arc<Semaphore>,
-    headers: &HeaderMap,
-    limit: u64,
-) -> Result<OwnedSemaphorePermit, ApiError> {
-    let declared = headers
+/// The `Content-Length` a request declares, if it is a number.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit) {
-        return Err(ApiError::BodyTooLarge);
-    }
-    let bytes = declared.unwrap_or(limit);
-    // A source limit above the whole budget takes all of it, not forever 503.
-    let kib = bytes.div_ceil(1024).clamp(1, BODY_MEMORY_KIB as u64);
-    let kib = u32::try_from(kib).unwrap_or(u32::MAX);
-    budget.clone().try_acquire_many_owned(kib).map_err(|_| {
-        tracing::warn!("request bodies use all of their memory budget; answering 503");
-        ApiError::Unavailable
-    })
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
-/// Reads the whole body, stopping as soon as the bytes read pass the limit
-/// (a `Content-Length` over it was refused by [`reserve_body_memory`]).
-async fn read_body(body: Body, limit: u64, timeout: Duration) -> Result<Bytes, ApiError> {
-    let limited = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
-    match tokio::time::timeout(timeout, limited.collect()).await {
-        Err(_) => Err(ApiError::BodyTimeout),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::BodyTooLarge),
-        Ok(Err(_)) => Err(ApiError::BodyUnreadable),
+/// Reads the whole body within the body timeout, charging each piece to
+/// `charge` as it arrives and stopping as soon as the bytes read pass the
+/// source's limit (a `Content-Length` over it was refused before).
+async fn read_body(
+    rx: &Receiver,
+    source: &Source,
+    body: Body,
+    charge: &mut Charge,
+) -> Result<Bytes, ApiError> {
+    let read = async {
+        let mut body = body;
+        let mut pieces = Vec::new();
+        let mut len: u64 = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| ApiError::BodyUnreadable)?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            len = len.saturating_add(data.len() as u64);
+            if len > source.max_body_bytes {
+                return Err(ApiError::BodyTooLarge);
+            }
+            rx.edge.charge(&source.name, charge, data.len())?;
+            pieces.push(data);
+        }
+        Ok(concat(pieces))
+    };
+    tokio::time::timeout(rx.body_timeout, read)
+        .await
+        .unwrap_or(Err(ApiError::BodyTimeout))
+}
+
+/// One buffer of the pieces, copied only when there are several.
+fn concat(mut pieces: Vec<Bytes>) -> Bytes {
+    if pieces.len() <= 1 {
+        return pieces.pop().unwrap_or_default();
     }
+    let mut whole = bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for piece in pieces {
+        whole.extend_from_slice(&piece);
+    }
+    whole.freeze()
 }
 
 #[cfg(test)]
@@ -406,36 +443,24 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    fn length(n: u64) -> HeaderMap {
+    #[test]
+    fn a_declared_length_is_read_only_when_it_is_a_number() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
-        h
+        assert_eq!(declared_length(&h), None);
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(2048u64));
+        assert_eq!(declared_length(&h), Some(2048));
+        h.insert(
+            header::CONTENT_LENGTH,
+            HeaderValue::from_static("99999999999999999999999"),
+        );
+        assert_eq!(declared_length(&h), None);
     }
 
     #[test]
-    fn bodies_reserve_their_length_or_their_limit_and_share_one_budget() {
-        let budget = Arc::new(Semaphore::new(BODY_MEMORY_KIB));
-        let small = reserve_body_memory(&budget, &length(2048), 1 << 20).unwrap();
-        assert_eq!(small.num_permits(), 2);
-        // Without a length, the source's limit is reserved.
-        let chunked = reserve_body_memory(&budget, &HeaderMap::new(), 10 << 20).unwrap();
-        assert_eq!(chunked.num_permits(), 10 * 1024);
-        // Over the limit is 413 before any reservation.
-        assert!(matches!(
-            reserve_body_memory(&budget, &length(2 << 20), 1 << 20),
-            Err(ApiError::BodyTooLarge)
-        ));
-        // A limit above the whole budget takes all of it once it is free.
-        assert!(matches!(
-            reserve_body_memory(&budget, &HeaderMap::new(), 1 << 40),
-            Err(ApiError::Unavailable)
-        ));
-        drop((small, chunked));
-        let all = reserve_body_memory(&budget, &HeaderMap::new(), 1 << 40).unwrap();
-        assert!(matches!(
-            reserve_body_memory(&budget, &length(1), 1 << 20),
-            Err(ApiError::Unavailable)
-        ));
-        drop(all);
+    fn pieces_are_joined_in_order() {
+        assert_eq!(concat(Vec::new()), Bytes::new());
+        assert_eq!(concat(vec![Bytes::from_static(b"one")]), "one");
+        let pieces = ["a", "bc", "", "def"].map(Bytes::from).to_vec();
+        assert_eq!(concat(pieces), "abcdef");
     }
 }

@@ -95,6 +95,49 @@ async fn a_forwarded_address_is_believed_only_from_a_trusted_peer() {
     direct.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_forwarding_header_is_read_up_to_the_first_untrusted_hop_and_refused_when_unreadable() {
+    // The proxy's own address is allowed on one source: an unreadable
+    // header must never make the client that address.
+    let sources = format!(
+        "{}{}",
+        github_source("github", "[\"127.0.0.1\"]"),
+        github_source("remote", "[\"203.0.113.0/24\"]"),
+    );
+    let app = TestApp::spawn_with(&sources, TRUST_LOOPBACK).await;
+    // Junk left of the first untrusted hop was written by the client
+    // itself: it is not read, and that hop is the client.
+    let r = post(&app, "remote", "j-1", Some("junk, 203.0.113.9"), true).await;
+    assert_eq!(r.status(), 202);
+    let r = post(&app, "github", "j-2", Some("junk, 203.0.113.9"), true).await;
+    assert_eq!(r.status(), 403, "the client is 203.0.113.9, not the proxy");
+    // Junk where a trusted proxy wrote is refused, never the proxy itself.
+    for (i, value) in [
+        "junk",
+        "203.0.113.9, junk",
+        "203.0.113.9,",
+        "junk, 127.0.0.1",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let delivery = format!("j-bad-{i}");
+        let r = post(&app, "github", &delivery, Some(value), true).await;
+        assert_eq!(r.status(), 400, "{value:?}");
+        assert_eq!(
+            json(r).await,
+            json!({"error": "malformed_forwarding_header"}),
+            "{value:?}"
+        );
+        assert_eq!(stored(&app, &delivery), 0, "{value:?}");
+    }
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    let line =
+        r#"hookbox_edge_refused_total{source="github",reason="malformed_forwarding_header"} 4"#;
+    assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+    app.shutdown().await;
+}
+
 // ----------------------------------------------------------- allowlists ---
 
 /// A fake GitHub `/meta` and Stripe webhook IP list, which can go down.
@@ -392,28 +435,68 @@ async fn at_max_connections_the_longest_idle_connection_makes_room_for_a_new_one
 }
 
 #[tokio::test]
-async fn at_max_connections_with_every_connection_busy_a_new_one_waits_for_a_slot() {
-    let app = TestApp::spawn_with(&github_source("github", "[]"), "max_connections = 4").await;
-    let mut busy = Vec::new();
+async fn at_max_connections_a_stalled_upload_makes_room_for_a_new_connection() {
+    // A long body timeout: had hookbox waited for a stalled upload to time
+    // out, the guard fires first.
+    let app = TestApp::spawn_with(
+        &github_source("github", "[]"),
+        "max_connections = 4\nbody_timeout = \"1h\"",
+    )
+    .await;
+    let mut stalled = Vec::new();
     for _ in 0..4 {
         let mut stream = TcpStream::connect(app.addr).await.unwrap();
-        // Headers in, body still owed: the request is running.
+        // Headers in, one byte of the body, then nothing.
         stream
             .write_all(b"POST /hooks/github HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
             .await
             .unwrap();
-        busy.push(stream);
+        stalled.push(stream);
+        // Distinct moments of last activity (they are kept in ms).
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Let all four reach the handler before the fifth arrives.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    let url = app.url("/healthz");
+    let r = tokio::time::timeout(GUARD, client.get(app.url("/healthz")).send())
+        .await
+        .expect("served at the cap")
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The upload stalled longest was closed to make room.
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(GUARD, stalled[0].read(&mut buf))
+        .await
+        .expect("the upload stalled longest is closed")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn at_max_connections_with_every_connection_busy_a_new_one_waits_for_a_slot() {
+    let app = TestApp::spawn_with(&github_source("github", "[]"), "max_connections = 4").await;
+    // Another writer holds the database: each delivery below has its whole
+    // body in and waits for its commit, which is running a request.
+    let db = app.db();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = app.url("/hooks/github");
+    let busy: Vec<_> = (0..4)
+        .map(|i| {
+            let request = crate::helpers::github_request(&client, &url, &format!("busy-{i}"), BODY);
+            tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+    // Let all four reach the writer before the fifth arrives.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let fifth = tokio::spawn({
         let client = client.clone();
-        let url = url.clone();
+        let url = app.url("/healthz");
         async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
     });
     // Give it every chance to be (wrongly) served by closing a busy one.
@@ -422,14 +505,23 @@ async fn at_max_connections_with_every_connection_busy_a_new_one_waits_for_a_slo
         !fifth.is_finished(),
         "a running request was cut off for a new connection"
     );
-    drop(busy.pop());
+    db.execute_batch("COMMIT").unwrap();
+    for b in busy {
+        let status = tokio::time::timeout(GUARD, b)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(status, 202, "no running request was cut off");
+    }
+    // Answered, their connections close (the client keeps none): a slot
+    // frees.
     let status = tokio::time::timeout(GUARD, fifth)
         .await
         .expect("served once a slot freed")
         .unwrap()
         .unwrap();
     assert_eq!(status, 200);
-    drop(busy);
     app.shutdown().await;
 }
 

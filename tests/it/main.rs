@@ -29,3 +29,4 @@ mod storage;
 mod systemd;
 mod tls;
 mod upgrade;
+mod uploads;
