@@ -18,6 +18,7 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -47,8 +48,8 @@ impl DatabaseLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .with_context(|| format!("opening the lock file {}", path.display()))?;
-        match file.try_lock() {
+            .with_context(|| format!("creating the database's lock file {}", path.display()))?;
+        match try_lock_briefly(&file) {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let holder = read_holder(&mut file);
@@ -69,6 +70,26 @@ impl DatabaseLock {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// How long a lock held elsewhere is tried again before giving up.
+const LOCK_PATIENCE: Duration = Duration::from_millis(250);
+
+/// `try_lock`, tried again for [`LOCK_PATIENCE`]. A lock can be held for
+/// an instant by a process that is not a server: a child forked by the
+/// process that held it (the descriptor is shared until the child's exec
+/// closes it). A real second server holds it for good, and is reported
+/// as soon as the patience runs out.
+fn try_lock_briefly(file: &File) -> Result<(), TryLockError> {
+    let deadline = Instant::now() + LOCK_PATIENCE;
+    loop {
+        match file.try_lock() {
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
     }
 }
 

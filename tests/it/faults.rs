@@ -115,7 +115,12 @@ fn starting_on_an_existing_database_in_a_read_only_directory_fails_with_exit_1()
     let (status, output) = serve_once(dir.path(), &db);
     assert_eq!(status.code(), Some(1), "{output}");
     assert!(output.contains("ERROR"), "{output}");
-    assert!(output.contains("unable to open database file"), "{output}");
+    // The lock file beside the database is the first thing it creates.
+    assert!(
+        output.contains("creating the database's lock file"),
+        "{output}"
+    );
+    assert!(output.contains("Read-only file system"), "{output}");
     assert!(!output.contains("panicked"), "{output}");
 }
 

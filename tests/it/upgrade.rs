@@ -1,9 +1,9 @@
 //! Upgrading: today's hookbox opens a database the previous release wrote
 //! (`tests/fixtures/release-v6.db`, made by `make-release-db.py` with
 //! the release's binary) and loses nothing: every event keeps its id,
-//! body and state, the retry keeps its time and the event held behind it
-//! stays held, attempts keep their log, and the server goes on receiving
-//! and delivering.
+//! body and state, attempts keep their log, the pending ones are delivered
+//! in their key's order with their attempts counted, nothing settled is
+//! sent again, and the server goes on receiving and delivering.
 
 use std::time::Duration;
 
@@ -26,6 +26,17 @@ fn events(db: &std::path::Path) -> Vec<(String, String, String, i64)> {
         .collect()
 }
 
+fn id_of(db: &std::path::Path, delivery: &str) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row(
+            "SELECT id FROM events WHERE delivery_id = ?1",
+            [delivery],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
 fn one<T: rusqlite::types::FromSql>(db: &std::path::Path, sql: &str) -> T {
     rusqlite::Connection::open(db)
         .unwrap()
@@ -40,15 +51,19 @@ async fn a_database_the_previous_release_wrote_opens_with_nothing_lost() {
     std::fs::copy(FIXTURE, &db).unwrap();
     let before = events(&db);
     assert_eq!(one::<i64>(&db, "PRAGMA user_version"), 6);
-    let retry_at: i64 = one(
-        &db,
-        "SELECT next_attempt_at FROM events WHERE delivery_id = 'retry'",
-    );
-    let bodies: String = one(
-        &db,
-        "SELECT group_concat(hex(body), ',') FROM events ORDER BY id",
-    );
+    let bodies_sql = "SELECT group_concat(hex(body), ',') FROM events ORDER BY id";
+    let bodies: String = one(&db, bodies_sql);
     let attempts: i64 = one(&db, "SELECT count(*) FROM attempts");
+    // The release scheduled the retry up to an hour after it wrote the
+    // file; let that hour have passed, so the test does not depend on
+    // when it runs.
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE events SET next_attempt_at = 0 WHERE delivery_id = 'retry'",
+            [],
+        )
+        .unwrap();
 
     let down = Downstream::start(|_, _| Reply::status(204)).await;
     let sources = format!(
@@ -81,31 +96,32 @@ deliver = {{ command = ["/bin/true"] }}
         one::<i64>(&db, "PRAGMA user_version"),
         hookbox::store::schema::SCHEMA_VERSION
     );
-    assert_eq!(events(&db), before, "every event as it was");
+
+    // The two pending events go, in their key's order, once each; the
+    // retry as its second attempt.
+    let hits = down.wait_for_hits(2).await;
+    let sent: Vec<&str> = hits.iter().map(|h| h.delivery()).collect();
+    assert_eq!(sent, ["retry", "held"]);
+    assert_eq!(hits[0].header("x-hookbox-attempt"), "2");
+    assert_eq!(hits[1].header("x-hookbox-attempt"), "1");
+    wait_for_state(&db, id_of(&db, "held"), "delivered").await;
+    let after: Vec<_> = before
+        .iter()
+        .map(
+            |(source, delivery, state, attempts)| match delivery.as_str() {
+                "retry" => (source.clone(), delivery.clone(), "delivered".into(), 2),
+                "held" => (source.clone(), delivery.clone(), "delivered".into(), 1),
+                _ => (source.clone(), delivery.clone(), state.clone(), *attempts),
+            },
+        )
+        .collect();
+    assert_eq!(events(&db), after, "every other event as it was");
+    assert_eq!(one::<String>(&db, bodies_sql), bodies);
     assert_eq!(
-        one::<i64>(
-            &db,
-            "SELECT next_attempt_at FROM events WHERE delivery_id = 'retry'"
-        ),
-        retry_at,
-        "the retry keeps its time"
+        one::<i64>(&db, "SELECT count(*) FROM attempts"),
+        attempts + 2,
+        "the release's attempt log, and the two new attempts"
     );
-    assert_eq!(
-        one::<Option<i64>>(
-            &db,
-            "SELECT next_attempt_at FROM events WHERE delivery_id = 'held'"
-        ),
-        None,
-        "the event behind it stays held"
-    );
-    assert_eq!(
-        one::<String>(
-            &db,
-            "SELECT group_concat(hex(body), ',') FROM events ORDER BY id"
-        ),
-        bodies
-    );
-    assert_eq!(one::<i64>(&db, "SELECT count(*) FROM attempts"), attempts);
 
     // It goes on: a new event is received and delivered, and nothing the
     // release had settled is sent again.
@@ -121,10 +137,10 @@ deliver = {{ command = ["/bin/true"] }}
         .await
         .unwrap();
     assert_eq!(response.status(), 202);
-    let hits = down.wait_for_hits(1).await;
-    assert_eq!(hits[0].delivery(), "after-upgrade");
+    let hits = down.wait_for_hits(3).await;
+    assert_eq!(hits[2].delivery(), "after-upgrade");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(down.hits().len(), 1, "{:?}", down.hits());
+    assert_eq!(down.hits().len(), 3, "{:?}", down.hits());
 
     let status = server.terminate(Duration::from_secs(10)).await;
     assert!(status.success(), "{status:?}");
