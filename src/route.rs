@@ -147,7 +147,7 @@ fn pattern(value: &toml::Value, at: &str, problems: &mut Vec<String>) -> Option<
 
 /// RFC 6901: empty (the whole document), or `/`-separated tokens in which
 /// `~` is only ever `~0` or `~1`.
-fn check_pointer(pointer: &str) -> Result<(), String> {
+pub(crate) fn check_pointer(pointer: &str) -> Result<(), String> {
     if !pointer.is_empty() && !pointer.starts_with('/') {
         return Err(format!(
             "is not a JSON pointer: it must start with /, e.g. \"/{pointer}\""

@@ -98,8 +98,12 @@ pub enum Destination {
         url: reqwest::Url,
         signing_key: Vec<u8>,
     },
-    /// Run `argv[0]` with the rest as arguments; never empty.
-    Command { argv: Vec<String> },
+    /// Run `argv[0]` with the rest as arguments; never empty. `template`
+    /// is the same argv with its placeholders parsed.
+    Command {
+        argv: Vec<String>,
+        template: crate::dispatch::argv::Template,
+    },
 }
 
 /// Written by hand: the key is shown as `[redacted]`.
@@ -111,7 +115,9 @@ impl fmt::Debug for Destination {
                 .field("url", &url.as_str())
                 .field("signing_key", &"[redacted]")
                 .finish(),
-            Destination::Command { argv } => f.debug_struct("Command").field("argv", argv).finish(),
+            Destination::Command { argv, .. } => {
+                f.debug_struct("Command").field("argv", argv).finish()
+            }
         }
     }
 }
@@ -234,9 +240,16 @@ fn command_destination(
             problems.push(format!("{at}.command[0]: the program must not be empty"));
             None
         }
-        Some(_) => Some(Destination::Command {
-            argv: argv.to_vec(),
-        }),
+        Some(_) => match crate::dispatch::argv::Template::parse(argv) {
+            Ok(template) => Some(Destination::Command {
+                argv: argv.to_vec(),
+                template,
+            }),
+            Err((i, why)) => {
+                problems.push(format!("{at}.command[{i}]: {why}"));
+                None
+            }
+        },
     }
 }
 

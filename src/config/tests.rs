@@ -262,7 +262,11 @@ fn the_design_inline_command_table_loads() {
     assert_eq!(
         d.destination,
         Destination::Command {
-            argv: vec!["/usr/local/bin/on-stripe-event".into()]
+            argv: vec!["/usr/local/bin/on-stripe-event".into()],
+            template: crate::dispatch::argv::Template::parse(&[
+                "/usr/local/bin/on-stripe-event".to_owned()
+            ])
+            .unwrap(),
         }
     );
     assert_eq!(d.timeout, Duration::from_secs(60));

@@ -1,6 +1,7 @@
 //! `deliver.command`: run the user's program once per attempt.
 //!
-//! The argv is executed directly, never through a shell. The body goes to
+//! The argv is executed directly, never through a shell, its placeholders
+//! filled in per event ([`super::argv`]). The body goes to
 //! stdin, then stdin is closed; the event is described in `HOOKBOX_SOURCE`,
 //! `HOOKBOX_EVENT_TYPE` (empty when the event has no type),
 //! `HOOKBOX_DELIVERY_ID`, `HOOKBOX_EVENT_ID` and `HOOKBOX_ATTEMPT`, added
@@ -29,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
+use super::argv::Template;
 use super::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
 
 /// How long output is still collected after the child exits.
@@ -48,7 +50,7 @@ pub const WITHHELD_ENV: [&str; 7] = [
 ];
 
 pub struct CommandDestination {
-    argv: Vec<String>,
+    argv: Template,
     timeout: Duration,
     /// Variables holding hookbox's secrets (`Config::secret_env`), not
     /// passed on.
@@ -57,7 +59,7 @@ pub struct CommandDestination {
 
 impl CommandDestination {
     /// `argv` must not be empty (config validation ensures it).
-    pub fn new(argv: Vec<String>, timeout: Duration, withheld: Arc<[String]>) -> Self {
+    pub fn new(argv: Template, timeout: Duration, withheld: Arc<[String]>) -> Self {
         CommandDestination {
             argv,
             timeout,
@@ -79,7 +81,8 @@ impl CommandDestination {
 
     async fn run(&self, job: &Job, deadline: Instant) -> (Outcome, Option<String>) {
         let retry = Outcome::Retry { retry_after: None };
-        let Some((program, args)) = self.argv.split_first() else {
+        let argv = self.argv.render(job);
+        let Some((program, args)) = argv.split_first() else {
             return (retry, Some("no program to run".to_owned()));
         };
         let mut command = Command::new(program);

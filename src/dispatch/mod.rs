@@ -12,6 +12,7 @@
 //! source's concurrency limit is [`worker`]; claiming, per-key ordering,
 //! settling and replay are SQL, in `crate::store::dispatch`.
 
+pub mod argv;
 pub mod backoff;
 pub mod command;
 pub mod replay;
@@ -112,11 +113,13 @@ impl Deliverer {
                 config.timeout,
                 config.permanent_statuses.clone(),
             )),
-            Destination::Command { argv } => Deliverer::Command(command::CommandDestination::new(
-                argv.clone(),
-                config.timeout,
-                withheld.clone(),
-            )),
+            Destination::Command { template, .. } => {
+                Deliverer::Command(command::CommandDestination::new(
+                    template.clone(),
+                    config.timeout,
+                    withheld.clone(),
+                ))
+            }
         }
     }
 

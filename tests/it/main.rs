@@ -4,6 +4,7 @@ mod backup;
 mod catchup;
 mod cli;
 mod clock_jumps;
+mod command_args;
 mod config_reference;
 mod crash;
 mod dashboard;

@@ -30,7 +30,7 @@ fn sh(script: &str, args: &[&Path]) -> Vec<String> {
 }
 
 async fn run(argv: Vec<String>, timeout: Duration, body: impl Into<Bytes>) -> Attempt {
-    CommandDestination::new(argv, timeout, Arc::from([]))
+    CommandDestination::new(Template::parse(&argv).unwrap(), timeout, Arc::from([]))
         .deliver(&job(body))
         .await
 }
@@ -166,7 +166,8 @@ async fn an_abandoned_attempt_kills_the_whole_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let script = "sleep 30 & echo $! > \"$0\"; wait";
-    let destination = CommandDestination::new(sh(script, &[&pidfile]), SECS, Arc::from([]));
+    let argv = Template::parse(&sh(script, &[&pidfile])).unwrap();
+    let destination = CommandDestination::new(argv, SECS, Arc::from([]));
     let job = job("{}");
     let abandoned = tokio::time::timeout(Duration::from_millis(500), destination.deliver(&job));
     assert!(
