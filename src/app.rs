@@ -41,20 +41,8 @@ pub struct App {
     /// Held until the writer has stopped: no other server may open the
     /// database meanwhile.
     lock: DatabaseLock,
-    config: Config,
-    store: Store,
-    writer: WriterHandle,
     writer_thread: WriterThread,
-    public: TcpListener,
-    admin: TcpListener,
-    /// The bearer token the admin listener requires.
-    admin_token: Secret,
-    metrics: Arc<Metrics>,
-    edge: Arc<Edge>,
-    /// Refreshes the named IP sets; `None` when no source uses one.
-    refresher: Option<Refresher>,
-    /// Holds and reloads the public listener's certificate; `None`: plain HTTP.
-    tls: Option<TlsManager>,
+    parts: Parts,
 }
 
 impl App {
@@ -100,34 +88,38 @@ impl App {
             activation::listener(inherited.admin, config.server.admin_listen, "admin").await?;
         Ok(App {
             lock,
-            config,
-            store,
-            writer,
             writer_thread,
-            public,
-            admin,
-            admin_token,
-            metrics,
-            edge,
-            refresher,
-            tls,
+            parts: Parts {
+                config,
+                store,
+                writer,
+                public,
+                admin,
+                admin_token,
+                metrics,
+                edge,
+                refresher,
+                tls,
+            },
         })
     }
 
     pub fn public_addr(&self) -> SocketAddr {
-        self.public
+        self.parts
+            .public
             .local_addr()
             .expect("a bound listener has an address")
     }
 
     pub fn admin_addr(&self) -> SocketAddr {
-        self.admin
+        self.parts
+            .admin
             .local_addr()
             .expect("a bound listener has an address")
     }
 
     pub fn store(&self) -> &Store {
-        &self.store
+        &self.parts.store
     }
 
     /// Serves until `shutdown` is cancelled, then stops in order.
@@ -139,30 +131,9 @@ impl App {
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let App {
             lock,
-            config,
-            store,
-            writer,
             writer_thread,
-            public,
-            admin,
-            admin_token,
-            metrics,
-            edge,
-            refresher,
-            tls,
+            parts,
         } = self;
-        let parts = Parts {
-            config,
-            store,
-            writer,
-            public,
-            admin,
-            admin_token,
-            metrics,
-            edge,
-            refresher,
-            tls,
-        };
         // Every writer handle lives in `parts` and the tasks it starts, all
         // gone once `serve` returns: the writer then drains and stops.
         let served = serve(parts, shutdown.clone()).await;

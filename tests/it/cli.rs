@@ -212,12 +212,24 @@ fn log_format_json_writes_one_json_object_per_line() {
     assert!(ready["fields"]["public"].is_string(), "{ready}");
 }
 
-#[test]
-fn check_refuses_a_generic_hmac_timestamp_that_is_not_signed() {
+/// Runs `hookbox check` on `config`, requires exit 2, returns stderr.
+fn check_refuses(config: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hookbox.toml");
-    std::fs::write(
-        &path,
+    std::fs::write(&path, config).unwrap();
+    let out = hookbox()
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
+#[test]
+fn check_refuses_a_generic_hmac_timestamp_that_is_not_signed() {
+    let stderr = check_refuses(
         r#"
 [[sources]]
 name = "custom"
@@ -228,15 +240,7 @@ header = "X-Signature"
 timestamp_header = "X-Timestamp"
 signed_payload = "{body}"
 "#,
-    )
-    .unwrap();
-    let out = hookbox()
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    );
     assert!(
         stderr.contains(
             "sources[0] (\"custom\").hmac.signed_payload: must include {timestamp} when timestamp_header is set"
@@ -244,4 +248,23 @@ signed_payload = "{body}"
         "{stderr}"
     );
     assert!(!stderr.contains("a-literal-hmac-secret"), "{stderr}");
+}
+
+#[test]
+fn check_explains_a_bad_pointer_in_a_command_argument() {
+    let stderr = check_refuses(
+        r#"
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["s"]
+deliver = { command = ["/usr/local/bin/deploy", "{/ref~2}"] }
+"#,
+    );
+    assert!(
+        stderr.contains(
+            r#"sources[0] ("github").deliver.command[1]: {/ref~2} is not a JSON pointer"#
+        ),
+        "{stderr}"
+    );
 }

@@ -50,34 +50,3 @@ async fn placeholders_are_filled_in_and_each_stays_one_argument() {
     assert!(!pwned.exists(), "no shell ran the value");
     app.shutdown().await;
 }
-
-#[test]
-fn check_explains_a_bad_pointer_in_an_argument() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("hookbox.toml");
-    std::fs::write(
-        &config,
-        r#"
-[[sources]]
-name = "github"
-kind = "github"
-secrets = ["s"]
-deliver = { command = ["/usr/local/bin/deploy", "{/ref~2}"] }
-"#,
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"))
-        .args(["check", "--config"])
-        .arg(&config)
-        .env_remove("HOOKBOX_CONFIG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(
-            r#"sources[0] ("github").deliver.command[1]: {/ref~2} is not a JSON pointer"#
-        ),
-        "{stderr}"
-    );
-}
