@@ -149,7 +149,13 @@ impl App {
             )
         });
         let wake = Arc::new(Notify::new());
-        let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone(), &metrics)?;
+        let dispatcher = Dispatcher::new(
+            &config,
+            store.clone(),
+            writer.clone(),
+            wake.clone(),
+            &metrics,
+        )?;
         let upkeep = maintenance::spawn(&config, store.clone(), writer.clone(), shutdown.clone());
         // The admin API may keep a clone of `catchup` to run a pass on demand.
         let catchup = CatchupHandle::new(

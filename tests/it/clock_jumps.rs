@@ -11,8 +11,6 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use hookbox::store::dispatch::claim;
-
 use crate::deliver::*;
 use crate::helpers::*;
 
@@ -20,18 +18,24 @@ const HOUR_MS: i64 = 3_600_000;
 /// How far the clock jumps in these tests.
 const JUMP_MS: i64 = 3 * HOUR_MS;
 
-/// Shifts every stored time of the events by `delta_ms` (so `-J` reads,
-/// to the server, as its clock jumping forward by `J`).
+/// Shifts every stored time of the events and their leases by `delta_ms`
+/// (so `-J` reads, to the server, as its clock jumping forward by `J`).
 fn shift_stored_times(db: &Path, delta_ms: i64) {
-    let conn = Connection::open(db).unwrap();
+    let mut conn = Connection::open(db).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    conn.execute(
+    let tx = conn.transaction().unwrap();
+    tx.execute(
         "UPDATE events SET received_at = received_at + ?1,
-                           next_attempt_at = next_attempt_at + ?1,
-                           lease_until = lease_until + ?1",
+                           next_attempt_at = next_attempt_at + ?1",
         [delta_ms],
     )
     .unwrap();
+    tx.execute(
+        "UPDATE leases SET lease_until = lease_until + ?1",
+        [delta_ms],
+    )
+    .unwrap();
+    tx.commit().unwrap();
 }
 
 /// Posts one event to a downstream that refuses its first attempt with
@@ -137,61 +141,4 @@ async fn a_backward_clock_jump_delays_a_waiting_retry_by_at_most_backoff_cap() {
         "delivered long before the clock came back to the stored time"
     );
     app.shutdown().await;
-}
-
-/// A jump forward past a lease makes a claimed event claimable again while
-/// its attempt may still be running: at-least-once, the destination may
-/// see it twice (under one `webhook-id`). The first attempt's outcome is
-/// then ignored (the row's attempt count moved on), so the event settles
-/// once, on the second attempt. A jump back only lengthens a lease, which
-/// matters only if an outcome is lost, and the next start clears leases.
-#[test]
-fn a_forward_clock_jump_past_a_lease_lets_the_event_be_claimed_again_and_settles_it_once() {
-    use hookbox::store::dispatch::{AttemptRecord, Settled, record};
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = Connection::open(dir.path().join("hookbox.db")).unwrap();
-    hookbox::store::schema::apply(&mut conn).unwrap();
-    let t = hookbox::clock::now_ms();
-    conn.execute(
-        "INSERT INTO events (source, delivery_id, received_at, body, state, next_attempt_at)
-         VALUES ('github', 'leased', ?1, x'7b7d', 'pending', ?1)",
-        [t],
-    )
-    .unwrap();
-    let lease = 2 * 60_000;
-    let first = claim(&conn, "github", 10, t, t + lease).unwrap();
-    assert_eq!(first.len(), 1);
-    assert!(
-        claim(&conn, "github", 10, t + lease - 1, t + 2 * lease)
-            .unwrap()
-            .is_empty(),
-        "held while the lease runs"
-    );
-    // The clock jumps 3 h forward while attempt 1 runs.
-    let later = t + JUMP_MS;
-    let second = claim(&conn, "github", 10, later, later + lease).unwrap();
-    assert_eq!((second.len(), second[0].attempt), (1, 2), "claimed again");
-    let outcome = |attempt: u32, settled: Settled| AttemptRecord {
-        event_id: first[0].id,
-        attempt,
-        started_at: t,
-        duration_ms: 1,
-        settled,
-        status: Some(204),
-        error: None,
-    };
-    // Attempt 1 reports a retry, attempt 2 delivery: only the second moves
-    // the row.
-    record(&conn, &outcome(1, Settled::Retry(later + 1000)), later).unwrap();
-    let state: String = conn
-        .query_row("SELECT state FROM events", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(state, "pending");
-    record(&conn, &outcome(2, Settled::Delivered), later).unwrap();
-    let (state, attempts): (String, i64) = conn
-        .query_row("SELECT state, attempts FROM events", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
-    assert_eq!((state.as_str(), attempts), ("delivered", 2));
 }

@@ -324,7 +324,9 @@ pub async fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> 
 #[derive(Debug, Clone)]
 pub struct EventRow {
     pub state: String,
+    /// Finished attempts (and one a crash cut off, after the restart).
     pub attempts: i64,
+    /// Until when a claim holds the event.
     pub lease_until: Option<i64>,
     pub next_attempt_at: Option<i64>,
     pub last_error: Option<String>,
@@ -349,7 +351,8 @@ fn open(db: &Path) -> rusqlite::Connection {
 pub fn event_row(db: &Path, id: i64) -> EventRow {
     open(db)
         .query_row(
-            "SELECT state, attempts, lease_until, next_attempt_at, last_error FROM events WHERE id = ?1",
+            "SELECT e.state, e.attempts, l.lease_until, e.next_attempt_at, e.last_error
+             FROM events AS e LEFT JOIN leases AS l ON l.event_id = e.id WHERE e.id = ?1",
             [id],
             |r| {
                 Ok(EventRow {
