@@ -1,10 +1,12 @@
-//! Wall-clock jumps and the retry schedule. hookbox stores when a retry is
-//! due (`next_attempt_at`) and until when a claim holds (`lease_until`) as
-//! wall-clock unix ms, and compares them with the wall clock when it
-//! claims. A test cannot move the system clock, but moving every stored
-//! time by `-J` is, to the server, the same as its clock jumping forward
-//! by `J` (and `+J` the same as a jump back). The signature tolerance
-//! under clock skew is in `faults.rs`.
+//! Wall-clock jumps, the retry schedule and leases. hookbox stores when a
+//! retry is due (`next_attempt_at`) and until when a claim holds
+//! (`lease_until`) as wall-clock unix ms, and compares them with the wall
+//! clock when it claims. A test cannot move the system clock, but moving
+//! every stored time by `-J` is, to what the server reads from the
+//! database, the same as its clock jumping forward by `J` (and `+J` the
+//! same as a jump back). The signature tolerance under clock skew is in
+//! `faults.rs`; a late result of an old claim is `store::dispatch`'s
+//! unit tests.
 
 use std::path::Path;
 use std::time::Duration;
@@ -140,5 +142,73 @@ async fn a_backward_clock_jump_delays_a_waiting_retry_by_at_most_backoff_cap() {
         hookbox::clock::now_ms() < due + JUMP_MS,
         "delivered long before the clock came back to the stored time"
     );
+    app.shutdown().await;
+}
+
+/// A jump forward past the lease of a running attempt used to make its
+/// event claimable again: the next claim handed it out a second time, the
+/// destination got it twice at once, and with an order key the event
+/// behind it went while the first attempt still ran. Every claim now
+/// renews the leases of what the dispatcher runs first, so the attempt
+/// stays the only one, and the key's order holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_clock_jump_past_the_lease_of_a_running_attempt_neither_repeats_nor_reorders_it()
+{
+    let gate = Gate::new();
+    let held = gate.clone();
+    let down = Downstream::start(move |delivery, nth| {
+        if delivery == "k1" && nth == 1 {
+            Reply::status(204).until(held.clone())
+        } else {
+            Reply::status(204)
+        }
+    })
+    .await;
+    // The attempt's timeout outlives the test: only the gate ends it.
+    let sources = deliver_source("github", &url_destination(&down.url()), "60s", 5);
+    let app = TestApp::spawn(&sources).await;
+    let db = app.db_path.clone();
+    let post = |delivery, repo| {
+        let body = repo_body(repo, 1);
+        async move { post_event(app.addr, "github", delivery, "application/json", &body).await }
+    };
+    let k1 = post("k1", "acme/shop").await;
+    down.wait_for_hits(1).await;
+    let k2 = post("k2", "acme/shop").await;
+
+    // The wall clock steps 3 h forward while k1's attempt runs.
+    shift_stored_times(&db, -JUMP_MS);
+    let lease = event_row(&db, k1).lease_until.unwrap();
+    assert!(
+        lease < hookbox::clock::now_ms(),
+        "k1's lease reads as run out"
+    );
+    // An event of another key: the dispatcher claims at once.
+    let other = post("other", "acme/web").await;
+    wait_for_state(&db, other, "delivered").await;
+    let row = event_row(&db, k1);
+    assert_eq!(
+        row.leased_attempt,
+        Some(1),
+        "k1 was not claimed again: {row:?}"
+    );
+    assert!(
+        row.lease_until.unwrap() > hookbox::clock::now_ms(),
+        "k1's lease was renewed: {row:?}"
+    );
+    assert_eq!(down.hits_for("k1").len(), 1);
+    assert!(down.hits_for("k2").is_empty(), "k2 waits for k1");
+
+    gate.open();
+    wait_for_state(&db, k1, "delivered").await;
+    wait_for_state(&db, k2, "delivered").await;
+    let shop: Vec<String> = down
+        .hits()
+        .iter()
+        .filter(|h| h.delivery() != "other")
+        .map(|h| h.delivery().to_owned())
+        .collect();
+    assert_eq!(shop, ["k1", "k2"], "each once, in order");
+    assert_eq!(outcomes(&db, k1), [(1, "delivered".into(), Some(204))]);
     app.shutdown().await;
 }
