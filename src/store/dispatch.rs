@@ -138,34 +138,38 @@ pub fn claim(
          {} ORDER BY e.next_attempt_at, e.id LIMIT ?3",
         claimable()
     ))?;
-    let mut rows = select
-        .query(params![source, now, limit as i64])
+    // Read in full before any lease is written: the query reads `leases`.
+    let found = select
+        .query_map(params![source, now, limit as i64], |r| {
+            let order_key: Option<String> = r.get(6)?;
+            let claimed = Claimed {
+                id: r.get(0)?,
+                token: 0,
+                source: source.to_owned(),
+                delivery_id: r.get(1)?,
+                event_type: r.get(2)?,
+                content_type: r.get(3)?,
+                headers: r.get(4)?,
+                attempt: r.get::<_, u32>(5)? + 1,
+            };
+            Ok((claimed, order_key))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
         .context("finding due events")?;
     // A lease that ran out (a lost outcome) is replaced: its token is dead.
     let mut lease = conn.prepare_cached(
         "INSERT OR REPLACE INTO leases (event_id, source, order_key, attempt, lease_until)
          VALUES (?1, ?2, ?3, ?4, ?5) RETURNING token",
     )?;
-    let mut claimed = Vec::new();
-    while let Some(r) = rows.next().context("finding due events")? {
-        let id: i64 = r.get(0)?;
-        let attempt = r.get::<_, u32>(5)? + 1;
-        let order_key: Option<String> = r.get(6)?;
-        let token = lease
-            .query_row(params![id, source, order_key, attempt, lease_until], |l| {
-                l.get(0)
-            })
+    let mut claimed = Vec::with_capacity(found.len());
+    for (mut c, order_key) in found {
+        c.token = lease
+            .query_row(
+                params![c.id, source, order_key, c.attempt, lease_until],
+                |l| l.get(0),
+            )
             .context("leasing an event")?;
-        claimed.push(Claimed {
-            id,
-            token,
-            source: source.to_owned(),
-            delivery_id: r.get(1)?,
-            event_type: r.get(2)?,
-            content_type: r.get(3)?,
-            headers: r.get(4)?,
-            attempt,
-        });
+        claimed.push(c);
     }
     Ok(claimed)
 }
