@@ -165,7 +165,7 @@ async fn a_version_6_database_keeps_every_row_and_its_pending_events_are_deliver
         .db()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, hookbox::store::schema::SCHEMA_VERSION);
     let id = |delivery: &str| -> i64 {
         app.db()
             .query_row(
