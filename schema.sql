@@ -24,6 +24,7 @@ CREATE TABLE events (
     delivered_at    INTEGER,
     UNIQUE (source, delivery_id)
 );
+-- lease_until: no longer written since version 8; leases are in `leases`.
 
 -- What is due, per source: only pending rows are in it, so it stays small.
 CREATE INDEX events_due ON events (source, next_attempt_at) WHERE state = 'pending';
@@ -34,10 +35,21 @@ CREATE INDEX events_order ON events (source, order_key, id)
 CREATE INDEX events_source ON events (source, id);
 -- Counting dead letters per source (metrics, stats); since version 4.
 CREATE INDEX events_dead ON events (source) WHERE state = 'dead';
--- Leased (claimed, not yet settled) events, per key: one holds its key's
--- others back; since version 5.
-CREATE INDEX events_leased ON events (source, order_key)
-    WHERE state = 'pending' AND lease_until IS NOT NULL;
+
+-- Claimed events not yet settled, one row each (since version 8). Not
+-- columns of `events`: updating an event that changes its row's size
+-- rewrites the row, body and all. `attempts` counts an attempt when it
+-- settles; until then it is counted here.
+CREATE TABLE leases (
+    token       INTEGER PRIMARY KEY AUTOINCREMENT,  -- the claim's own; never reused
+    event_id    INTEGER NOT NULL UNIQUE REFERENCES events (id) ON DELETE CASCADE,
+    source      TEXT    NOT NULL,   -- the event's, for the in-flight check of a key
+    order_key   TEXT,
+    attempt     INTEGER NOT NULL,   -- the attempt the claim makes, 1-based
+    lease_until INTEGER NOT NULL
+);
+-- One leased event of a key holds its key's others back.
+CREATE INDEX leases_key ON leases (source, order_key) WHERE order_key IS NOT NULL;
 
 -- One row per dispatch attempt.
 CREATE TABLE attempts (

@@ -185,7 +185,13 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
     } = parts;
     let acceptor = tls.as_ref().map(TlsManager::acceptor).transpose()?;
     let wake = Arc::new(Notify::new());
-    let dispatcher = Dispatcher::new(&config, writer.clone(), wake.clone(), &metrics)?;
+    let dispatcher = Dispatcher::new(
+        &config,
+        store.clone(),
+        writer.clone(),
+        wake.clone(),
+        &metrics,
+    )?;
     // The admin API may keep a clone of `catchup` to run a pass on demand.
     let catchup = CatchupHandle::new(
         &config,

@@ -25,6 +25,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Client, Response, Url};
 
@@ -51,6 +52,10 @@ pub const FORWARD_HEADERS: &[&str] = &[
 pub fn client() -> reqwest::Result<Client> {
     crate::outbound::build(crate::outbound::builder)
 }
+
+/// Bodies up to this size are signed on the runtime thread: hashing them
+/// takes microseconds, less than a hop to the blocking pool.
+const SIGN_INLINE_MAX: usize = 64 * 1024;
 
 pub struct UrlDestination {
     client: Client,
@@ -83,7 +88,17 @@ impl UrlDestination {
         let started = Instant::now();
         let msg_id = sign::message_id(&job.source, &job.delivery_id);
         let timestamp = clock::now_secs();
-        let signature = sign::signature(&self.signing_key, &msg_id, timestamp, &job.body);
+        let signature = match self.sign(&msg_id, timestamp, &job.body).await {
+            Ok(signature) => signature,
+            Err(e) => {
+                return Attempt {
+                    outcome: Outcome::Retry { retry_after: None },
+                    status: None,
+                    duration: started.elapsed(),
+                    error: Some(format!("signing the request failed: {e}")),
+                };
+            }
+        };
         let headers = request_headers(job, &msg_id, timestamp, &signature);
         let sent = self
             .client
@@ -107,6 +122,23 @@ impl UrlDestination {
             duration: started.elapsed(),
             error,
         }
+    }
+
+    /// The request's `webhook-signature`. A large body is hashed on the
+    /// blocking pool: inline, it would hold a runtime thread, and the
+    /// requests that thread serves, for as long as hashing takes
+    /// (milliseconds per MiB).
+    async fn sign(
+        &self,
+        msg_id: &str,
+        timestamp: i64,
+        body: &Bytes,
+    ) -> Result<String, tokio::task::JoinError> {
+        if body.len() <= SIGN_INLINE_MAX {
+            return Ok(sign::signature(&self.signing_key, msg_id, timestamp, body));
+        }
+        let (key, msg_id, body) = (self.signing_key.clone(), msg_id.to_owned(), body.clone());
+        tokio::task::spawn_blocking(move || sign::signature(&key, &msg_id, timestamp, &body)).await
     }
 
     async fn judge(

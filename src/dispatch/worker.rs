@@ -8,29 +8,42 @@
 //! (`hookbox replay`). There is no fixed polling interval on the hot path:
 //! an idle hookbox starts delivering a fresh event within milliseconds.
 //!
+//! A claim brings events without their bodies; an attempt reads its body
+//! from the read-only pool when it starts, so memory holds at most one body
+//! per running attempt, and the writer never copies a body for dispatch.
+//!
 //! Each attempt's outcome goes back to the writer, which commits it with
-//! the next group; until then the event stays leased. On shutdown running
-//! attempts get [`SHUTDOWN_GRACE`] to finish; the rest are abandoned (a
-//! command's process group is killed) and their leases released, so the
-//! next start picks them up at once.
+//! the next group; until then the event stays leased, and only the claim
+//! that ran it may settle it (its token). Every claim first renews the
+//! leases of the events the dispatcher holds, queued or running, in its
+//! own transaction and by its own reading of the wall clock; with nothing
+//! to claim, a claim that only renews goes every [`RENEW_EVERY`]. So a
+//! wall clock stepped forward past a lease (NTP on a board without a
+//! clock, a resumed VM) never makes an event the dispatcher is still
+//! running claimable again, and held leases are alive again soon after
+//! the step.
+//!
+//! On shutdown running attempts get [`SHUTDOWN_GRACE`] to finish; the
+//! rest are abandoned (a command's process group is killed) and their
+//! leases released, so the next start picks them up at once.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{Deliverer, Job, Outcome, backoff};
+use super::{Attempt, Deliverer, Job, Outcome, backoff};
 use crate::clock;
 use crate::config::{Config, DeliverConfig};
 use crate::metrics::{AttemptOutcome, LaneMetrics, Metrics};
 use crate::store::command::Claims;
-use crate::store::dispatch::{AttemptRecord, ClaimFrom, Claimed, Settled};
-use crate::store::{StoreError, WriterHandle};
+use crate::store::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease, Settled};
+use crate::store::{Store, StoreError, WriterHandle};
 
 /// With nothing pending, look again this often anyway.
 pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
@@ -40,6 +53,12 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// A lease outlives the attempt's own timeout by this much.
 const LEASE_MARGIN: Duration = Duration::from_secs(60);
+
+/// With events held and no claim made for this long (by the monotonic
+/// clock), a claim goes only to renew their leases: well within
+/// [`LEASE_MARGIN`], so one that waits its turn behind a busy writer still
+/// comes in time.
+const RENEW_EVERY: Duration = Duration::from_secs(15);
 
 /// Each claim fetches up to this many times a source's concurrency, so
 /// that under heavy ingest, when every trip through the writer queue waits
@@ -66,6 +85,7 @@ impl Lane {
 }
 
 pub struct Dispatcher {
+    store: Store,
     writer: WriterHandle,
     lanes: HashMap<String, Lane>,
     wake: Arc<Notify>,
@@ -81,11 +101,15 @@ fn claim_from(name: &str, lane: &Lane, limit: usize) -> ClaimFrom {
     }
 }
 
+/// The running attempts: which lane each belongs to, and its claim.
+type Running = HashMap<tokio::task::Id, (String, Lease)>;
+
 impl Dispatcher {
-    /// A dispatcher for every source with a destination; `None` when no
-    /// source has one.
+    /// A dispatcher for every source with a destination, reading bodies
+    /// through `store`'s read-only pool; `None` when no source has one.
     pub fn new(
         config: &Config,
+        store: Store,
         writer: WriterHandle,
         wake: Arc<Notify>,
         metrics: &Metrics,
@@ -107,14 +131,12 @@ impl Dispatcher {
                 (name, lane)
             })
             .collect();
-        // A claimed event may wait for a whole prefetch's worth of attempts
-        // before its own starts; its lease covers that. Leases only matter
-        // within one run: the next start clears them.
-        let longest = lanes
-            .values()
-            .map(|l| l.config.timeout.saturating_mul(PREFETCH as u32 + 1))
-            .max();
+        // A lease covers one attempt; renewals cover the wait in the queue
+        // before it. Leases only matter within one run: the next start
+        // clears them.
+        let longest = lanes.values().map(|l| l.config.timeout).max();
         Ok(longest.map(|wait| Dispatcher {
+            store,
             writer,
             lanes,
             wake,
@@ -124,7 +146,7 @@ impl Dispatcher {
 
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut tasks: JoinSet<()> = JoinSet::new();
-        let mut running: HashMap<tokio::task::Id, (String, i64)> = HashMap::new();
+        let mut running = Running::new();
         // At most one claim is on its way through the writer at a time; the
         // loop keeps starting queued events while it is.
         let mut claim: Option<Pin<Box<ClaimFuture>>> = None;
@@ -133,12 +155,17 @@ impl Dispatcher {
         // The wall clock at the last claim: seeing it go backwards, the next
         // claim also shortens leases granted under the old clock.
         let mut last_claim_at = i64::MIN;
+        // When the last claim went, by the monotonic clock.
+        let mut last_claim = Instant::now();
         loop {
             self.start_queued(&mut tasks, &mut running);
             let now = clock::now_ms();
             let mut wanted = self.wanted();
+            let holds = !running.is_empty() || self.lanes.values().any(|l| !l.queued.is_empty());
+            let renew = holds && last_claim.elapsed() >= RENEW_EVERY;
             let can_claim = claim.is_none() && !wanted.is_empty();
-            if can_claim && next_due.is_some_and(|due| due <= now) {
+            let due = can_claim && next_due.is_some_and(|due| due <= now);
+            if claim.is_none() && (due || renew) {
                 let writer = self.writer.clone();
                 let lease_until =
                     now.saturating_add(i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX));
@@ -148,17 +175,21 @@ impl Dispatcher {
                         by_ms = last_claim_at - now,
                         "the wall clock went backwards; bringing retries and leases scheduled under it within reach"
                     );
-                    // Every lane's leases, not only those of lanes with room.
+                }
+                if clock_went_back || renew {
+                    // Every lane: its leases, and when its next event is due.
                     for (name, lane) in &self.lanes {
                         if !wanted.iter().any(|w| &w.source == name) {
                             wanted.push(claim_from(name, lane, 0));
                         }
                     }
                 }
+                let held = self.held(&running);
                 last_claim_at = now;
+                last_claim = Instant::now();
                 claim = Some(Box::pin(async move {
                     writer
-                        .claim(wanted, now, lease_until, clock_went_back)
+                        .claim(wanted, now, lease_until, clock_went_back, held)
                         .await
                 }));
                 next_due = None;
@@ -202,6 +233,15 @@ impl Dispatcher {
         self.drain(tasks, running).await;
     }
 
+    /// The claims of every event the dispatcher holds, queued or running.
+    fn held(&self, running: &Running) -> Vec<Lease> {
+        let queued = self.lanes.values().flat_map(|l| l.queued.iter());
+        queued
+            .map(Claimed::lease)
+            .chain(running.values().map(|(_, lease)| *lease))
+            .collect()
+    }
+
     /// The lanes that should claim now, with how many events each may take:
     /// those whose queue is down to half its room, so that a claim, which
     /// waits its turn behind groups of inserts, fetches many at once.
@@ -232,17 +272,13 @@ impl Dispatcher {
     }
 
     /// Starts queued events while their lanes have free slots.
-    fn start_queued(
-        &mut self,
-        tasks: &mut JoinSet<()>,
-        running: &mut HashMap<tokio::task::Id, (String, i64)>,
-    ) {
+    fn start_queued(&mut self, tasks: &mut JoinSet<()>, running: &mut Running) {
         let names: Vec<String> = self.lanes.keys().cloned().collect();
         for name in names {
             while let Some(claimed) = self.startable(&name) {
-                let id = claimed.id;
+                let lease = claimed.lease();
                 let handle = tasks.spawn(self.attempt(claimed));
-                running.insert(handle.id(), (name.clone(), id));
+                running.insert(handle.id(), (name.clone(), lease));
             }
         }
     }
@@ -267,10 +303,13 @@ impl Dispatcher {
         let config = lane.config.clone();
         let metrics = lane.metrics.clone();
         let writer = self.writer.clone();
+        let store = self.store.clone();
         async move {
-            let job = job(claimed);
+            let lease = claimed.lease();
             let started_at = clock::now_ms();
-            let attempt = deliverer.deliver(&job).await;
+            let Some((job, attempt)) = run(claimed, &store, &deliverer).await else {
+                return;
+            };
             let now = clock::now_ms();
             let settled = match attempt.outcome {
                 Outcome::Delivered => Settled::Delivered,
@@ -297,6 +336,7 @@ impl Dispatcher {
             metrics.attempt(outcome, attempt.duration);
             let record = AttemptRecord {
                 event_id: job.event_id,
+                token: lease.token,
                 attempt: job.attempt,
                 started_at,
                 duration_ms: attempt.duration.as_millis() as i64,
@@ -313,15 +353,11 @@ impl Dispatcher {
 
     /// Lets running attempts finish within the grace period, then abandons
     /// the rest and releases their leases, with those of queued events.
-    async fn drain(
-        mut self,
-        mut tasks: JoinSet<()>,
-        mut running: HashMap<tokio::task::Id, (String, i64)>,
-    ) {
-        let queued: Vec<i64> = self
+    async fn drain(mut self, mut tasks: JoinSet<()>, mut running: Running) {
+        let queued: Vec<Lease> = self
             .lanes
             .values_mut()
-            .flat_map(|l| l.queued.drain(..).map(|c| c.id))
+            .flat_map(|l| l.queued.drain(..).map(|c| c.lease()))
             .collect();
         if !tasks.is_empty() {
             tracing::info!(running = tasks.len(), "waiting for running deliveries");
@@ -341,21 +377,53 @@ impl Dispatcher {
                 "abandoned running deliveries at shutdown"
             );
         }
-        let release: Vec<i64> = running
+        let release: Vec<Lease> = running
             .into_values()
-            .map(|(_, id)| id)
+            .map(|(_, lease)| lease)
             .chain(queued)
             .collect();
         if release.is_empty() {
             return;
         }
-        if let Err(e) = self.writer.release(release, clock::now_ms()).await {
+        if let Err(e) = self.writer.release(release).await {
             tracing::warn!(error = %e, "cannot release leases; the next start clears them");
         }
     }
 }
 
-fn job(c: Claimed) -> Job {
+/// Reads the event's body and makes the attempt; `None` when the event is
+/// gone (nothing to deliver, nothing to record).
+async fn run(claimed: Claimed, store: &Store, deliverer: &Deliverer) -> Option<(Job, Attempt)> {
+    let started = Instant::now();
+    let id = claimed.id;
+    let body = store.read(move |conn| dispatch::body(conn, id)).await;
+    match body {
+        Ok(Some(body)) => {
+            let mut job = job(claimed, body);
+            let attempt = deliverer.deliver(&job).await;
+            // Not kept while the outcome waits for room in the writer's queue.
+            job.body = bytes::Bytes::new();
+            Some((job, attempt))
+        }
+        Ok(None) => {
+            tracing::warn!(event.id = id, "the event was deleted before its attempt");
+            None
+        }
+        // A failed attempt like any other: retried with backoff, so a
+        // database that cannot be read is not read in a loop.
+        Err(e) => {
+            let attempt = Attempt {
+                outcome: Outcome::Retry { retry_after: None },
+                status: None,
+                duration: started.elapsed(),
+                error: Some(format!("cannot read the stored body: {e:#}")),
+            };
+            Some((job(claimed, Vec::new()), attempt))
+        }
+    }
+}
+
+fn job(c: Claimed, body: Vec<u8>) -> Job {
     let headers = serde_json::from_str(&c.headers).unwrap_or_default();
     Job {
         event_id: c.id,
@@ -364,7 +432,7 @@ fn job(c: Claimed) -> Job {
         event_type: c.event_type,
         content_type: c.content_type,
         headers,
-        body: c.body.into(),
+        body: body.into(),
         attempt: c.attempt,
     }
 }

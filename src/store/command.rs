@@ -10,7 +10,7 @@ use rusqlite::Transaction;
 use tokio::sync::oneshot;
 
 use super::catchup::{self as catchup_sql, Done as CatchupDone, Op as CatchupOp};
-use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, ReplayFilter};
+use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease, ReplayFilter};
 use super::ingest;
 use super::ip_sets::{self, CachedSet};
 use super::models::{Inserted, NewEvent};
@@ -42,13 +42,19 @@ pub enum WriteCmd {
         op: CatchupOp,
         reply: oneshot::Sender<Result<CatchupDone, StoreError>>,
     },
-    /// Leases up to `limit` due events of each source.
+    /// Renews the leases in `renew`, then leases up to `limit` due events
+    /// of each source.
     Claim {
         sources: Vec<ClaimFrom>,
         now: i64,
         lease_until: i64,
         /// The wall clock went backwards since the last claim.
         clock_went_back: bool,
+        /// Leases of events the dispatcher holds, extended to `lease_until`
+        /// before anything is claimed (those with under half a lease left):
+        /// renewed first, none of them can look expired to this claim,
+        /// whatever the wall clock did.
+        renew: Vec<Lease>,
         reply: oneshot::Sender<Result<Claims, StoreError>>,
     },
     /// An attempt's outcome. Nobody waits for it: until it commits the
@@ -56,8 +62,7 @@ pub enum WriteCmd {
     Record { record: AttemptRecord, now: i64 },
     /// Gives back leases at shutdown.
     Release {
-        ids: Vec<i64>,
-        now: i64,
+        leases: Vec<Lease>,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
     Replay {
@@ -105,8 +110,10 @@ impl WriteCmd {
                 now,
                 lease_until,
                 clock_went_back,
+                renew,
                 ..
             } => {
+                dispatch::renew(tx, renew, *now, *lease_until)?;
                 let mut claims = Claims::default();
                 for from in sources {
                     let source = from.source.as_str();
@@ -135,8 +142,8 @@ impl WriteCmd {
                 dispatch::record(tx, record, *now)?;
                 Applied::Done
             }
-            WriteCmd::Release { ids, now, .. } => {
-                dispatch::release(tx, ids, *now)?;
+            WriteCmd::Release { leases, .. } => {
+                dispatch::release(tx, leases)?;
                 Applied::Done
             }
             WriteCmd::Replay { filter, now, .. } => {

@@ -1,9 +1,34 @@
-//! The SQL of dispatch: claiming due events under a lease, recording what
-//! an attempt did, releasing leases, and replay.
+//! The SQL of dispatch: claiming due events under a lease, keeping leases
+//! alive, recording what an attempt did, releasing leases, and replay.
 //!
 //! Claims and outcomes run inside the writer's transactions (see
 //! [`super::writer`]); replay also runs from the CLI on its own connection,
 //! which is why these are plain functions over a `Connection`.
+//!
+//! Leases are rows of their own (`leases`), not columns of the event: an
+//! `events` row carries the body, and SQLite rewrites a whole row, body
+//! and all, when an update changes its size, so leasing by updating the
+//! event cost a rewrite of every claimed body. A claim only inserts lease
+//! rows, and renewing or dropping one touches only it. The attempt a
+//! claim makes is counted in its lease and moved to the event when the
+//! attempt settles (or, at the next start, when a crash cut it off); so a
+//! retry of an event whose error stays the same changes no column's size
+//! and SQLite updates the row in place. A claim hands out an event's
+//! metadata, never its body: the attempt reads the body when it starts, on
+//! a read-only connection ([`body`]), so the writer never copies a body
+//! for dispatch and a queue of claimed events holds none.
+//!
+//! Claim tokens: each lease row's id is its claim's token, never reused
+//! (AUTOINCREMENT). Only that claim's result settles the event
+//! ([`record`]), renews its lease ([`renew`]) or gives it back
+//! ([`release`]); a result that arrives after the event was claimed again
+//! (its lease ran out, or it was released and replayed) changes nothing.
+//! The attempt number could not serve: release and replay set it back.
+//!
+//! Leases are wall-clock times. Every claim of the dispatcher first renews
+//! the leases of the events it holds (queued or running), in the same
+//! transaction and by the same clock reading: a wall clock stepped forward
+//! past a lease never makes an event it is still running claimable.
 //!
 //! Ordering: an event with an `order_key` is claimable only when no older
 //! *pending* event of its source shares the key, and no event of the key
@@ -18,25 +43,46 @@
 //! which keeps it out of the due-events index the claim scans. It gets a
 //! time when it becomes its key's oldest pending event (the one ahead is
 //! delivered or dead). Every write that changes which events of a key are
-//! pending keeps that so: the insert, [`record`], [`release`] and
-//! [`replay`]. The claim still checks the key, so a row scheduled by other
-//! means is never claimed out of order.
+//! pending keeps that so: the insert, [`record`] and [`replay`]. Only an
+//! event that never finished an attempt is held: one waiting for a retry
+//! keeps its time (Retry-After included), and the claim's own key check
+//! keeps it back meanwhile; there is at most one such per key. The claim
+//! still checks the key, so a row scheduled by other means is never
+//! claimed out of order.
 
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension as _, params};
 
-/// A claimed event, with what a destination needs to deliver it.
+/// One claim of an event: its token settles, renews or releases it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    pub event_id: i64,
+    pub token: i64,
+}
+
+/// A claimed event, with what a destination needs to deliver it but its
+/// body, which [`body`] reads when the attempt starts.
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub id: i64,
+    /// This claim's token (see [`Lease`]).
+    pub token: i64,
     pub source: String,
     pub delivery_id: String,
     pub event_type: Option<String>,
     pub content_type: Option<String>,
     pub headers: String,
-    pub body: Vec<u8>,
     /// This attempt's number, 1-based.
     pub attempt: u32,
+}
+
+impl Claimed {
+    pub fn lease(&self) -> Lease {
+        Lease {
+            event_id: self.id,
+            token: self.token,
+        }
+    }
 }
 
 /// One source's part of a claim.
@@ -57,15 +103,15 @@ pub struct ClaimFrom {
 const HEADS: &str = "
     FROM events AS e
     WHERE e.state = 'pending' AND e.source = ?1
-      AND (e.lease_until IS NULL OR e.lease_until <= ?2)
+      AND NOT EXISTS (
+            SELECT 1 FROM leases AS l WHERE l.event_id = e.id AND l.lease_until > ?2)
       AND (e.order_key IS NULL OR (NOT EXISTS (
             SELECT 1 FROM events AS p
             WHERE p.state = 'pending' AND p.source = e.source
               AND p.order_key = e.order_key AND p.id < e.id)
           AND NOT EXISTS (
-            SELECT 1 FROM events AS f
-            WHERE f.state = 'pending' AND f.lease_until IS NOT NULL
-              AND f.source = e.source AND f.order_key = e.order_key
+            SELECT 1 FROM leases AS f
+            WHERE f.source = e.source AND f.order_key = e.order_key
               AND f.lease_until > ?2)))";
 
 /// [`HEADS`] that are due at `?2`.
@@ -74,7 +120,7 @@ fn claimable() -> String {
 }
 
 /// Claims up to `limit` due events of `source`, oldest due first, leasing
-/// them until `lease_until` and counting the attempt.
+/// each until `lease_until` under a token of its own.
 pub fn claim(
     conn: &Connection,
     source: &str,
@@ -82,35 +128,84 @@ pub fn claim(
     now: i64,
     lease_until: i64,
 ) -> anyhow::Result<Vec<Claimed>> {
+    // An event whose lease ran out (its outcome was lost) counts the
+    // attempt that lease made: the destination may have seen it.
     let mut select = conn.prepare_cached(&format!(
-        "SELECT e.id, e.delivery_id, e.event_type, e.content_type, e.headers, e.body, e.attempts
+        "SELECT e.id, e.delivery_id, e.event_type, e.content_type, e.headers,
+                max(e.attempts, coalesce(
+                    (SELECT x.attempt FROM leases AS x WHERE x.event_id = e.id), 0)),
+                e.order_key
          {} ORDER BY e.next_attempt_at, e.id LIMIT ?3",
         claimable()
     ))?;
-    let claimed = select
+    // Read in full before any lease is written: the query reads `leases`.
+    let found = select
         .query_map(params![source, now, limit as i64], |r| {
-            Ok(Claimed {
+            let order_key: Option<String> = r.get(6)?;
+            let claimed = Claimed {
                 id: r.get(0)?,
+                token: 0,
                 source: source.to_owned(),
                 delivery_id: r.get(1)?,
                 event_type: r.get(2)?,
                 content_type: r.get(3)?,
                 headers: r.get(4)?,
-                body: r.get::<_, Option<Vec<u8>>>(5)?.unwrap_or_default(),
-                attempt: r.get::<_, u32>(6)? + 1,
-            })
+                attempt: r.get::<_, u32>(5)? + 1,
+            };
+            Ok((claimed, order_key))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()
         .context("finding due events")?;
+    // A lease that ran out (a lost outcome) is replaced: its token is dead.
     let mut lease = conn.prepare_cached(
-        "UPDATE events SET attempts = attempts + 1, lease_until = ?2 WHERE id = ?1",
+        "INSERT OR REPLACE INTO leases (event_id, source, order_key, attempt, lease_until)
+         VALUES (?1, ?2, ?3, ?4, ?5) RETURNING token",
     )?;
-    for c in &claimed {
-        lease
-            .execute(params![c.id, lease_until])
+    let mut claimed = Vec::with_capacity(found.len());
+    for (mut c, order_key) in found {
+        c.token = lease
+            .query_row(
+                params![c.id, source, order_key, c.attempt, lease_until],
+                |l| l.get(0),
+            )
             .context("leasing an event")?;
+        claimed.push(c);
     }
     Ok(claimed)
+}
+
+/// Extends the leases the dispatcher holds, at `now`, to `lease_until`.
+/// One with more than half its length left is left alone, as is one whose
+/// claim was settled, released or superseded. Returns how many were
+/// renewed.
+pub fn renew(
+    conn: &Connection,
+    leases: &[Lease],
+    now: i64,
+    lease_until: i64,
+) -> anyhow::Result<usize> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE leases SET lease_until = ?3
+         WHERE token = ?1 AND event_id = ?2 AND lease_until < ?4",
+    )?;
+    let half_left = now + (lease_until - now) / 2;
+    let mut renewed = 0;
+    for l in leases {
+        renewed += stmt
+            .execute(params![l.token, l.event_id, lease_until, half_left])
+            .context("renewing a lease")?;
+    }
+    Ok(renewed)
+}
+
+/// The stored body of event `id`, for an attempt about to start: `None`
+/// when the row is gone. A body retention dropped reads as empty.
+pub fn body(conn: &Connection, id: i64) -> anyhow::Result<Option<Vec<u8>>> {
+    conn.prepare_cached("SELECT body FROM events WHERE id = ?1")?
+        .query_row([id], |r| r.get::<_, Option<Vec<u8>>>(0))
+        .optional()
+        .map(|row| row.map(Option::unwrap_or_default))
+        .context("reading an event's body")
 }
 
 /// When the next event of `source` becomes claimable, if any is pending.
@@ -149,12 +244,11 @@ pub fn clamp_retries(
 
 /// After the wall clock went backwards: leases granted under the old
 /// clock end no later than one granted now (`lease_until`), rather than
-/// holding their events for the length of the jump. A scan of the source's
-/// pending events, so only run when the dispatcher saw the clock go back.
+/// holding their events for the length of the jump. Only run when the
+/// dispatcher saw the clock go back.
 pub fn clamp_leases(conn: &Connection, source: &str, lease_until: i64) -> anyhow::Result<usize> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE events SET lease_until = ?2
-         WHERE source = ?1 AND state = 'pending' AND lease_until > ?2",
+        "UPDATE leases SET lease_until = ?2 WHERE source = ?1 AND lease_until > ?2",
     )?;
     Ok(stmt.execute(params![source, lease_until])?)
 }
@@ -172,6 +266,8 @@ pub enum Settled {
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
     pub event_id: i64,
+    /// The token of the claim that ran the attempt: only it may settle.
+    pub token: i64,
     pub attempt: u32,
     pub started_at: i64,
     pub duration_ms: i64,
@@ -180,7 +276,8 @@ pub struct AttemptRecord {
     pub error: Option<String>,
 }
 
-/// Records an attempt and moves its event on; the lease is cleared.
+/// Records an attempt and, if its claim still holds the event, moves the
+/// event on and drops the lease.
 pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<()> {
     let outcome = match r.settled {
         Settled::Delivered => "delivered",
@@ -193,23 +290,31 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
     )?
     .execute(params![r.event_id, r.attempt, r.started_at, r.duration_ms, outcome, r.status, r.error])
     .context("recording an attempt")?;
+    // Only the claim that ran the attempt settles the event: once its lease
+    // was released, or the event claimed again, the event belongs to others.
+    let attempt: Option<i64> = conn
+        .prepare_cached("DELETE FROM leases WHERE token = ?1 AND event_id = ?2 RETURNING attempt")?
+        .query_row(params![r.token, r.event_id], |row| row.get(0))
+        .optional()
+        .context("dropping a lease")?;
+    let Some(attempt) = attempt else {
+        return Ok(());
+    };
     let (state, next, delivered_at) = match r.settled {
         Settled::Delivered => ("delivered", None, Some(now)),
         Settled::Retry(at) => ("pending", Some(at), None),
         Settled::Dead => ("dead", None, None),
     };
-    // A replay may have reset the event while this attempt ran; its own
-    // fresh attempts then own the row. `Some(keyed)` when it settled.
+    // `Some(keyed)` when it settled.
     let settled: Option<bool> = conn
-        .prepare_cached(&format!(
-            "UPDATE events SET state = ?2, next_attempt_at = {}, delivered_at = ?4,
-                               last_error = ?5, lease_until = NULL
-             WHERE id = ?1 AND attempts = ?6 AND state = 'pending'
+        .prepare_cached(
+            "UPDATE events SET state = ?2, attempts = ?3, next_attempt_at = ?4,
+                               delivered_at = ?5, last_error = ?6
+             WHERE id = ?1 AND state = 'pending'
              RETURNING order_key IS NOT NULL",
-            unless_held("?3")
-        ))?
+        )?
         .query_row(
-            params![r.event_id, state, next, delivered_at, r.error, r.attempt],
+            params![r.event_id, state, attempt, next, delivered_at, r.error],
             |row| row.get(0),
         )
         .optional()
@@ -238,25 +343,13 @@ const HELD: &str = "events.order_key IS NOT NULL AND EXISTS (
          WHERE o.state = 'pending' AND o.source = events.source
            AND o.order_key = events.order_key AND o.id < events.id)";
 
-/// `at`, or NULL when the row being updated is held behind an older
-/// pending event of its key. Only a row never tried is held: one waiting
-/// for a retry keeps its time (Retry-After included), and the claim's own
-/// key check keeps it back meanwhile; there is at most one such per key.
-fn unless_held(at: &str) -> String {
-    format!("CASE WHEN events.attempts = 0 AND {HELD} THEN NULL ELSE {at} END")
-}
-
-/// Gives back leases that will not be used (shutdown), undoing the attempt
-/// count so the interrupted attempt does not count against `max_attempts`.
-pub fn release(conn: &Connection, ids: &[i64], now: i64) -> anyhow::Result<()> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "UPDATE events SET lease_until = NULL, attempts = max(attempts - 1, 0),
-                           next_attempt_at = {}
-         WHERE id = ?1 AND state = 'pending' AND lease_until IS NOT NULL",
-        unless_held("?2")
-    ))?;
-    for id in ids {
-        stmt.execute(params![id, now])
+/// Gives back leases that will not be used (shutdown). The interrupted
+/// attempt was only counted in its lease, so it does not count against
+/// `max_attempts`; the event was due when claimed, and still is.
+pub fn release(conn: &Connection, leases: &[Lease]) -> anyhow::Result<()> {
+    let mut stmt = conn.prepare_cached("DELETE FROM leases WHERE token = ?1 AND event_id = ?2")?;
+    for l in leases {
+        stmt.execute(params![l.token, l.event_id])
             .context("releasing a lease")?;
     }
     Ok(())
@@ -265,12 +358,16 @@ pub fn release(conn: &Connection, ids: &[i64], now: i64) -> anyhow::Result<()> {
 /// Clears every lease. Only one hookbox runs on a database, so at start-up
 /// any lease left is from a process that died mid-dispatch: its events are
 /// due again at once, rather than when their leases would have run out.
+/// The attempt it cut off counts, as the destination may have seen it.
 pub fn release_all(conn: &Connection) -> anyhow::Result<usize> {
     conn.execute(
-        "UPDATE events SET lease_until = NULL WHERE state = 'pending' AND lease_until IS NOT NULL",
+        "UPDATE events SET attempts = l.attempt FROM leases AS l
+         WHERE l.event_id = events.id AND events.state = 'pending'",
         [],
     )
-    .context("clearing leases left by the previous run")
+    .context("counting the attempts the previous run left unfinished")?;
+    conn.execute("DELETE FROM leases", [])
+        .context("clearing leases left by the previous run")
 }
 
 /// What replay should pick up.
@@ -294,7 +391,7 @@ pub struct ReplayFilter {
 pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Result<usize> {
     let mut update = conn.prepare_cached(
         "UPDATE events SET state = 'pending', attempts = 0, next_attempt_at = ?4,
-                           lease_until = NULL, last_error = NULL, delivered_at = NULL
+                           last_error = NULL, delivered_at = NULL
          WHERE state IN ('dead', 'delivered') AND body IS NOT NULL
            AND (?1 IS NULL OR id = ?1)
            AND (?2 IS NULL OR source = ?2)
@@ -345,6 +442,19 @@ mod tests {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::schema::apply(&mut conn).unwrap();
         conn
+    }
+
+    /// The event's lease.
+    fn lease_of(conn: &Connection, id: i64) -> Lease {
+        let token = conn
+            .query_row("SELECT token FROM leases WHERE event_id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        Lease {
+            event_id: id,
+            token,
+        }
     }
 
     fn add(conn: &Connection, delivery: &str, key: Option<&str>, due: i64) -> i64 {
@@ -402,6 +512,7 @@ mod tests {
         // a1 fails and waits for its retry: a2 is still held back.
         let retry = AttemptRecord {
             event_id: a1,
+            token: lease_of(&conn, a1).token,
             attempt: 1,
             started_at: 100,
             duration_ms: 1,
@@ -413,12 +524,13 @@ mod tests {
         assert!(claim(&conn, "s", 10, 200, 1000).unwrap().is_empty());
         assert_eq!(next_due(&conn, "s", 200).unwrap(), Some(500));
         // a1 dies: it no longer holds a2 back.
+        assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a1]);
         let dead = AttemptRecord {
+            token: lease_of(&conn, a1).token,
             attempt: 2,
             settled: Settled::Dead,
             ..retry
         };
-        assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a1]);
         record(&conn, &dead, 500).unwrap();
         assert_eq!(ids(&claim(&conn, "s", 10, 500, 1000).unwrap()), vec![a2]);
     }
@@ -472,9 +584,11 @@ mod tests {
         .collect()
     }
 
+    /// Records the outcome of the event's claim.
     fn settle(conn: &Connection, id: i64, attempt: u32, settled: Settled, now: i64) {
         let r = AttemptRecord {
             event_id: id,
+            token: lease_of(conn, id).token,
             attempt,
             started_at: now,
             duration_ms: 1,
@@ -507,7 +621,7 @@ mod tests {
         assert_eq!(scheduled(&conn), vec![a2, b1, free]);
         assert_eq!(ids(&claim(&conn, "s", 10, 600, 1000).unwrap()), vec![a2]);
         // Shut down mid-attempt: a2 given back, still the scheduled one.
-        release(&conn, &[a2], 700).unwrap();
+        release(&conn, &[lease_of(&conn, a2)]).unwrap();
         assert_eq!(scheduled(&conn), vec![a2, b1, free]);
         // a2 dead: a3 next.
         assert_eq!(ids(&claim(&conn, "s", 10, 700, 2000).unwrap()), vec![a2]);
@@ -621,6 +735,7 @@ mod tests {
         assert_eq!(claim(&conn, "s", 1, 50, 100).unwrap()[0].attempt, 2);
         let dead = AttemptRecord {
             event_id: id,
+            token: lease_of(&conn, id).token,
             attempt: 2,
             started_at: 50,
             duration_ms: 1,
@@ -676,7 +791,147 @@ mod tests {
                 || plan.contains("USING INDEX events_order"),
             "{plan}"
         );
-        assert!(plan.contains("USING INDEX events_leased"), "{plan}");
+        assert!(plan.contains("USING INDEX leases_key"), "{plan}");
+        assert!(plan.contains("(event_id=?)"), "{plan}");
         assert!(!plan.contains("USE TEMP B-TREE"), "{plan}");
+    }
+
+    fn outcome(lease: Lease, attempt: u32, settled: Settled) -> AttemptRecord {
+        AttemptRecord {
+            event_id: lease.event_id,
+            token: lease.token,
+            attempt,
+            started_at: 0,
+            duration_ms: 1,
+            settled,
+            status: None,
+            error: None,
+        }
+    }
+
+    /// The event's state, finished attempts and lease.
+    fn state_of(conn: &Connection, id: i64) -> (String, i64, Option<i64>) {
+        conn.query_row(
+            "SELECT state, attempts, (SELECT lease_until FROM leases WHERE event_id = id)
+             FROM events WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_late_result_of_an_old_claim_cannot_settle_a_newer_claim() {
+        let conn = db();
+        let id = add(&conn, "x", None, 10);
+        // Claimed, then given back (shutdown): the attempt is not counted,
+        // so the next claim's attempt is number 1 again.
+        let old = claim(&conn, "s", 1, 10, 1_000).unwrap()[0].lease();
+        release(&conn, &[old]).unwrap();
+        let new = claim(&conn, "s", 1, 20, 1_000).unwrap();
+        assert_eq!(
+            new[0].attempt, 1,
+            "the same attempt number as the old claim"
+        );
+        assert_ne!(new[0].token, old.token);
+        // The old claim's result arrives: it moves nothing, not even the
+        // lease of the claim running now.
+        record(&conn, &outcome(old, 1, Settled::Delivered), 30).unwrap();
+        assert_eq!(state_of(&conn, id), ("pending".into(), 0, Some(1_000)));
+        // Nor can the old claim renew or give back the new claim's lease.
+        assert_eq!(renew(&conn, &[old], 900, 5_000).unwrap(), 0);
+        release(&conn, &[old]).unwrap();
+        assert_eq!(state_of(&conn, id), ("pending".into(), 0, Some(1_000)));
+        // The running claim's own result settles it.
+        record(&conn, &outcome(new[0].lease(), 1, Settled::Retry(50)), 40).unwrap();
+        assert_eq!(state_of(&conn, id), ("pending".into(), 1, None));
+        // A lease that ran out (a lost outcome) lets the event be claimed
+        // again; the first claim's late result then settles nothing.
+        let lost = claim(&conn, "s", 1, 50, 100).unwrap()[0].lease();
+        let again = &claim(&conn, "s", 1, 100, 1_000).unwrap()[0];
+        assert_eq!(again.attempt, 3, "the lost attempt counts");
+        let again = again.lease();
+        record(&conn, &outcome(lost, 2, Settled::Delivered), 110).unwrap();
+        assert_eq!(state_of(&conn, id), ("pending".into(), 1, Some(1_000)));
+        record(&conn, &outcome(again, 3, Settled::Dead), 120).unwrap();
+        assert_eq!(state_of(&conn, id), ("dead".into(), 3, None));
+        // Replay resets the count: a result of a claim from before it is
+        // refused as well.
+        let filter = ReplayFilter {
+            id: Some(id),
+            ..ReplayFilter::default()
+        };
+        assert_eq!(replay(&conn, &filter, 130).unwrap(), 1);
+        let replayed = claim(&conn, "s", 1, 130, 1_000).unwrap()[0].lease();
+        record(&conn, &outcome(again, 1, Settled::Delivered), 140).unwrap();
+        assert_eq!(state_of(&conn, id), ("pending".into(), 0, Some(1_000)));
+        record(&conn, &outcome(replayed, 1, Settled::Delivered), 150).unwrap();
+        assert_eq!(state_of(&conn, id), ("delivered".into(), 1, None));
+    }
+
+    #[test]
+    fn a_renewed_lease_outlives_a_forward_clock_step_and_holds_its_key() {
+        const STEP: i64 = 3 * 3_600_000;
+        let conn = db();
+        let a1 = add(&conn, "a1", Some("A"), 10);
+        let a2 = add(&conn, "a2", Some("A"), 10);
+        let held = claim(&conn, "s", 10, 100, 1_100).unwrap();
+        assert_eq!(ids(&held), vec![a1]);
+        let lease = held[0].lease();
+        // Half the lease left: nothing to renew yet.
+        assert_eq!(renew(&conn, &[lease], 600, 1_600).unwrap(), 0);
+        // The wall clock steps 3 h forward while a1 runs: renewing first,
+        // as every claim of the dispatcher does, keeps a1 held and a2 back.
+        let later = STEP + 100;
+        assert_eq!(renew(&conn, &[lease], later, later + 1_000).unwrap(), 1);
+        assert!(
+            claim(&conn, "s", 10, later, later + 1_000)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            state_of(&conn, a1),
+            ("pending".into(), 0, Some(later + 1_000))
+        );
+        // Without the renewal the step would have handed a1 out again.
+        conn.execute("UPDATE leases SET lease_until = 1100", [])
+            .unwrap();
+        assert_eq!(
+            ids(&claim(&conn, "s", 10, later, later + 1_000).unwrap()),
+            vec![a1]
+        );
+        // A settled lease is not renewed back to life.
+        let again = lease_of(&conn, a1);
+        settle(&conn, a1, 2, Settled::Delivered, later);
+        assert_eq!(renew(&conn, &[again], later, later + 5_000).unwrap(), 0);
+        assert_eq!(state_of(&conn, a1), ("delivered".into(), 2, None));
+        assert_eq!(
+            ids(&claim(&conn, "s", 10, later, later + 1_000).unwrap()),
+            vec![a2]
+        );
+    }
+
+    #[test]
+    fn a_claim_carries_no_body_and_leaves_the_event_row_alone() {
+        let conn = db();
+        let id = add(&conn, "e", None, 10);
+        conn.execute("UPDATE events SET body = zeroblob(100000)", [])
+            .unwrap();
+        let row = |conn: &Connection| -> Vec<u8> {
+            conn.query_row(
+                "SELECT state || attempts || coalesce(next_attempt_at, '') || hex(body)
+                 FROM events WHERE id = ?1",
+                [id],
+                |r| r.get::<_, String>(0),
+            )
+            .unwrap()
+            .into_bytes()
+        };
+        let before = row(&conn);
+        let claimed = claim(&conn, "s", 1, 100, 1_000).unwrap();
+        assert_eq!(ids(&claimed), vec![id]);
+        assert_eq!(row(&conn), before, "leasing does not touch the event");
+        assert_eq!(body(&conn, id).unwrap(), Some(vec![0; 100_000]));
+        assert_eq!(body(&conn, id + 1).unwrap(), None);
     }
 }

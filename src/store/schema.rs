@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_leased_index.sql"),
     include_str!("migrations/0006_hold_behind_key.sql"),
     include_str!("migrations/0007_catchup_log_retention.sql"),
+    include_str!("migrations/0008_leases.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -70,16 +71,8 @@ mod tests {
     /// same schema as a fresh start.
     const V1: &str = include_str!("migrations/0001_schema_v1.sql");
 
-    fn schema_of(conn: &Connection) -> Vec<(String, String)> {
-        conn.prepare("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    }
-
-    /// A database as the release at `version` created it.
+    /// A database at `version`, as hookbox left it at that version: version
+    /// 1 and the steps after it.
     fn at_version(version: i64) -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(V1).unwrap();
@@ -88,6 +81,15 @@ mod tests {
         }
         conn.pragma_update(None, "user_version", version).unwrap();
         conn
+    }
+
+    fn schema_of(conn: &Connection) -> Vec<(String, String)> {
+        conn.prepare("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
     }
 
     #[test]
@@ -133,6 +135,75 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         assert_eq!(scheduled, ["s/a1", "s/b1", "s/n", "t/a1"]);
+    }
+
+    /// Every row of `table`, every column as text, in key order.
+    fn rows_of(conn: &Connection, table: &str) -> Vec<Vec<Option<String>>> {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+            .unwrap();
+        let columns = stmt.column_count();
+        stmt.query_map([], |r| {
+            (0..columns)
+                .map(|i| {
+                    Ok(match r.get_ref(i)? {
+                        rusqlite::types::ValueRef::Null => None,
+                        rusqlite::types::ValueRef::Integer(n) => Some(n.to_string()),
+                        rusqlite::types::ValueRef::Real(x) => Some(x.to_string()),
+                        rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+                            Some(hex::encode(t))
+                        }
+                    })
+                })
+                .collect()
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    #[test]
+    fn version_8_keeps_every_row_and_clears_the_leases_of_the_run_that_wrote_them() {
+        let mut conn = at_version(7);
+        conn.execute_batch(
+            "INSERT INTO events (source, delivery_id, event_type, order_key, received_at, origin,
+                                 content_type, headers, body, state, attempts, next_attempt_at,
+                                 lease_until, last_error, delivered_at)
+             VALUES ('s', 'p', 'push', 'A', 1, 'push', 'application/json', '{\"x-github-event\":\"push\"}',
+                     x'7b7d', 'pending', 2, 5, NULL, 'HTTP 503', NULL),
+                    ('s', 'l', NULL, 'A', 2, 'push', NULL, '{}', x'00ff', 'pending', 1, NULL, 99, NULL, NULL),
+                    ('s', 'd', NULL, NULL, 3, 'fetched', NULL, '{}', x'01', 'delivered', 1, NULL, NULL, NULL, 7),
+                    ('t', 'x', NULL, NULL, 4, 'push', NULL, '{}', NULL, 'dead', 12, NULL, NULL, 'gone', NULL),
+                    ('u', 'st', NULL, NULL, 5, 'push', NULL, '{}', x'', 'stored', 0, NULL, NULL, NULL, NULL);
+             INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome, status_code, error)
+             VALUES (1, 1, 2, 3, 'retry', 503, 'HTTP 503'), (3, 1, 4, 5, 'delivered', 204, NULL);
+             INSERT INTO meta (key, value) VALUES ('heartbeat', '42');",
+        )
+        .unwrap();
+        let tables = [
+            "events",
+            "attempts",
+            "meta",
+            "catchup_state",
+            "catchup_runs",
+            "redelivery_requests",
+            "job_locks",
+            "ip_sets",
+        ];
+        let mut before: Vec<_> = tables.iter().map(|t| rows_of(&conn, t)).collect();
+        apply(&mut conn).unwrap();
+        let after: Vec<_> = tables.iter().map(|t| rows_of(&conn, t)).collect();
+        // The one change: the lease a dead run left (its attempt already
+        // counted, as version 6 counted it at the claim) is gone.
+        let lease_until = 13;
+        assert_eq!(before[0][1][lease_until], Some("99".into()));
+        before[0][1][lease_until] = None;
+        assert_eq!(before, after);
+        assert_eq!(after[0].len(), 5);
+        let leases: i64 = conn
+            .query_row("SELECT count(*) FROM leases", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(leases, 0);
     }
 
     #[test]

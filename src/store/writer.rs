@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::Nudge;
 use super::command::{Applied, Claims, WriteCmd};
-use super::dispatch::{AttemptRecord, ClaimFrom, ReplayFilter};
+use super::dispatch::{AttemptRecord, ClaimFrom, Lease, ReplayFilter};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
 use super::retention::PruneBatch;
@@ -248,13 +248,15 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Leases up to the given number of due events of each source.
+    /// Renews the leases in `renew`, then leases up to the given number of
+    /// due events of each source.
     pub async fn claim(
         &self,
         sources: Vec<ClaimFrom>,
         now: i64,
         lease_until: i64,
         clock_went_back: bool,
+        renew: Vec<Lease>,
     ) -> Result<Claims, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Claim {
@@ -262,6 +264,7 @@ impl WriterHandle {
             now,
             lease_until,
             clock_went_back,
+            renew,
             reply,
         })?;
         rx.await.map_err(|_| StoreError::Closed)?
@@ -278,9 +281,9 @@ impl WriterHandle {
     }
 
     /// Gives back leases that will not be used, durably.
-    pub async fn release(&self, ids: Vec<i64>, now: i64) -> Result<(), StoreError> {
+    pub async fn release(&self, leases: Vec<Lease>) -> Result<(), StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Release { ids, now, reply })?;
+        self.send(WriteCmd::Release { leases, reply })?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 

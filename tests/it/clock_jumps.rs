@@ -1,17 +1,17 @@
-//! Wall-clock jumps and the retry schedule. hookbox stores when a retry is
-//! due (`next_attempt_at`) and until when a claim holds (`lease_until`) as
-//! wall-clock unix ms, and compares them with the wall clock when it
-//! claims. A test cannot move the system clock, but moving every stored
-//! time by `-J` is, to the server, the same as its clock jumping forward
-//! by `J` (and `+J` the same as a jump back). The signature tolerance
-//! under clock skew is in `faults.rs`.
+//! Wall-clock jumps, the retry schedule and leases. hookbox stores when a
+//! retry is due (`next_attempt_at`) and until when a claim holds
+//! (`lease_until`) as wall-clock unix ms, and compares them with the wall
+//! clock when it claims. A test cannot move the system clock, but moving
+//! every stored time by `-J` is, to what the server reads from the
+//! database, the same as its clock jumping forward by `J` (and `+J` the
+//! same as a jump back). The signature tolerance under clock skew is in
+//! `faults.rs`; a late result of an old claim is `store::dispatch`'s
+//! unit tests.
 
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::Connection;
-
-use hookbox::store::dispatch::claim;
 
 use crate::deliver::*;
 use crate::helpers::*;
@@ -20,18 +20,24 @@ const HOUR_MS: i64 = 3_600_000;
 /// How far the clock jumps in these tests.
 const JUMP_MS: i64 = 3 * HOUR_MS;
 
-/// Shifts every stored time of the events by `delta_ms` (so `-J` reads,
-/// to the server, as its clock jumping forward by `J`).
+/// Shifts every stored time of the events and their leases by `delta_ms`
+/// (so `-J` reads, to the server, as its clock jumping forward by `J`).
 fn shift_stored_times(db: &Path, delta_ms: i64) {
-    let conn = Connection::open(db).unwrap();
+    let mut conn = Connection::open(db).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    conn.execute(
+    let tx = conn.transaction().unwrap();
+    tx.execute(
         "UPDATE events SET received_at = received_at + ?1,
-                           next_attempt_at = next_attempt_at + ?1,
-                           lease_until = lease_until + ?1",
+                           next_attempt_at = next_attempt_at + ?1",
         [delta_ms],
     )
     .unwrap();
+    tx.execute(
+        "UPDATE leases SET lease_until = lease_until + ?1",
+        [delta_ms],
+    )
+    .unwrap();
+    tx.commit().unwrap();
 }
 
 /// Posts one event to a downstream that refuses its first attempt with
@@ -139,59 +145,70 @@ async fn a_backward_clock_jump_delays_a_waiting_retry_by_at_most_backoff_cap() {
     app.shutdown().await;
 }
 
-/// A jump forward past a lease makes a claimed event claimable again while
-/// its attempt may still be running: at-least-once, the destination may
-/// see it twice (under one `webhook-id`). The first attempt's outcome is
-/// then ignored (the row's attempt count moved on), so the event settles
-/// once, on the second attempt. A jump back only lengthens a lease, which
-/// matters only if an outcome is lost, and the next start clears leases.
-#[test]
-fn a_forward_clock_jump_past_a_lease_lets_the_event_be_claimed_again_and_settles_it_once() {
-    use hookbox::store::dispatch::{AttemptRecord, Settled, record};
-    let dir = tempfile::tempdir().unwrap();
-    let mut conn = Connection::open(dir.path().join("hookbox.db")).unwrap();
-    hookbox::store::schema::apply(&mut conn).unwrap();
-    let t = hookbox::clock::now_ms();
-    conn.execute(
-        "INSERT INTO events (source, delivery_id, received_at, body, state, next_attempt_at)
-         VALUES ('github', 'leased', ?1, x'7b7d', 'pending', ?1)",
-        [t],
-    )
-    .unwrap();
-    let lease = 2 * 60_000;
-    let first = claim(&conn, "github", 10, t, t + lease).unwrap();
-    assert_eq!(first.len(), 1);
-    assert!(
-        claim(&conn, "github", 10, t + lease - 1, t + 2 * lease)
-            .unwrap()
-            .is_empty(),
-        "held while the lease runs"
-    );
-    // The clock jumps 3 h forward while attempt 1 runs.
-    let later = t + JUMP_MS;
-    let second = claim(&conn, "github", 10, later, later + lease).unwrap();
-    assert_eq!((second.len(), second[0].attempt), (1, 2), "claimed again");
-    let outcome = |attempt: u32, settled: Settled| AttemptRecord {
-        event_id: first[0].id,
-        attempt,
-        started_at: t,
-        duration_ms: 1,
-        settled,
-        status: Some(204),
-        error: None,
+/// A jump forward past the lease of a running attempt used to make its
+/// event claimable again: the next claim handed it out a second time, the
+/// destination got it twice at once, and with an order key the event
+/// behind it went while the first attempt still ran. Every claim now
+/// renews the leases of what the dispatcher runs first, so the attempt
+/// stays the only one, and the key's order holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_clock_jump_past_the_lease_of_a_running_attempt_neither_repeats_nor_reorders_it()
+{
+    let gate = Gate::new();
+    let held = gate.clone();
+    let down = Downstream::start(move |delivery, nth| {
+        if delivery == "k1" && nth == 1 {
+            Reply::status(204).until(held.clone())
+        } else {
+            Reply::status(204)
+        }
+    })
+    .await;
+    // The attempt's timeout outlives the test: only the gate ends it.
+    let sources = deliver_source("github", &url_destination(&down.url()), "60s", 5);
+    let app = TestApp::spawn(&sources).await;
+    let db = app.db_path.clone();
+    let post = |delivery, repo| {
+        let body = repo_body(repo, 1);
+        async move { post_event(app.addr, "github", delivery, "application/json", &body).await }
     };
-    // Attempt 1 reports a retry, attempt 2 delivery: only the second moves
-    // the row.
-    record(&conn, &outcome(1, Settled::Retry(later + 1000)), later).unwrap();
-    let state: String = conn
-        .query_row("SELECT state FROM events", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(state, "pending");
-    record(&conn, &outcome(2, Settled::Delivered), later).unwrap();
-    let (state, attempts): (String, i64) = conn
-        .query_row("SELECT state, attempts FROM events", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
-    assert_eq!((state.as_str(), attempts), ("delivered", 2));
+    let k1 = post("k1", "acme/shop").await;
+    down.wait_for_hits(1).await;
+    let k2 = post("k2", "acme/shop").await;
+
+    // The wall clock steps 3 h forward while k1's attempt runs.
+    shift_stored_times(&db, -JUMP_MS);
+    let lease = event_row(&db, k1).lease_until.unwrap();
+    assert!(
+        lease < hookbox::clock::now_ms(),
+        "k1's lease reads as run out"
+    );
+    // An event of another key: the dispatcher claims at once.
+    let other = post("other", "acme/web").await;
+    wait_for_state(&db, other, "delivered").await;
+    let row = event_row(&db, k1);
+    assert_eq!(
+        row.leased_attempt,
+        Some(1),
+        "k1 was not claimed again: {row:?}"
+    );
+    assert!(
+        row.lease_until.unwrap() > hookbox::clock::now_ms(),
+        "k1's lease was renewed: {row:?}"
+    );
+    assert_eq!(down.hits_for("k1").len(), 1);
+    assert!(down.hits_for("k2").is_empty(), "k2 waits for k1");
+
+    gate.open();
+    wait_for_state(&db, k1, "delivered").await;
+    wait_for_state(&db, k2, "delivered").await;
+    let shop: Vec<String> = down
+        .hits()
+        .iter()
+        .filter(|h| h.delivery() != "other")
+        .map(|h| h.delivery().to_owned())
+        .collect();
+    assert_eq!(shop, ["k1", "k2"], "each once, in order");
+    assert_eq!(outcomes(&db, k1), [(1, "delivered".into(), Some(204))]);
+    app.shutdown().await;
 }

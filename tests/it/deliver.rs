@@ -38,7 +38,30 @@ pub struct Reply {
     status: StatusCode,
     /// Held this long before answering.
     delay: Duration,
+    /// Held until this gate opens before answering.
+    gate: Option<Gate>,
     retry_after: Option<&'static str>,
+}
+
+/// Holds the requests given [`Reply::until`] until the test opens it: an
+/// attempt kept running exactly as long as the test needs, not a guess.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::Semaphore>);
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets every held request, and every later one, through.
+    pub fn open(&self) {
+        self.0.close();
+    }
+
+    async fn pass(&self) {
+        // Nothing is ever released but by closing: the error is the signal.
+        let _ = self.0.acquire().await;
+    }
 }
 
 impl Reply {
@@ -46,12 +69,18 @@ impl Reply {
         Reply {
             status: StatusCode::from_u16(code).unwrap(),
             delay: Duration::ZERO,
+            gate: None,
             retry_after: None,
         }
     }
 
     pub fn after(mut self, delay: Duration) -> Reply {
         self.delay = delay;
+        self
+    }
+
+    pub fn until(mut self, gate: Gate) -> Reply {
+        self.gate = Some(gate);
         self
     }
 
@@ -229,6 +258,9 @@ async fn record(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
+    if let Some(gate) = &reply.gate {
+        gate.pass().await;
+    }
     let mut response = reply.status.into_response();
     if let Some(value) = reply.retry_after {
         response
@@ -324,8 +356,11 @@ pub async fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> 
 #[derive(Debug, Clone)]
 pub struct EventRow {
     pub state: String,
+    /// Finished attempts (and one a crash cut off, after the restart).
     pub attempts: i64,
+    /// The claim holding the event: until when, and which attempt it makes.
     pub lease_until: Option<i64>,
+    pub leased_attempt: Option<i64>,
     pub next_attempt_at: Option<i64>,
     pub last_error: Option<String>,
 }
@@ -349,15 +384,17 @@ fn open(db: &Path) -> rusqlite::Connection {
 pub fn event_row(db: &Path, id: i64) -> EventRow {
     open(db)
         .query_row(
-            "SELECT state, attempts, lease_until, next_attempt_at, last_error FROM events WHERE id = ?1",
+            "SELECT e.state, e.attempts, l.lease_until, l.attempt, e.next_attempt_at, e.last_error
+             FROM events AS e LEFT JOIN leases AS l ON l.event_id = e.id WHERE e.id = ?1",
             [id],
             |r| {
                 Ok(EventRow {
                     state: r.get(0)?,
                     attempts: r.get(1)?,
                     lease_until: r.get(2)?,
-                    next_attempt_at: r.get(3)?,
-                    last_error: r.get(4)?,
+                    leased_attempt: r.get(3)?,
+                    next_attempt_at: r.get(4)?,
+                    last_error: r.get(5)?,
                 })
             },
         )

@@ -163,7 +163,8 @@ pub struct AttemptRow {
 /// The event `id` with its attempts, oldest first; `None` if there is none.
 pub fn event_detail(conn: &Connection, id: i64) -> anyhow::Result<Option<EventDetail>> {
     let sql = format!(
-        "SELECT {SUMMARY_COLUMNS}, order_key, content_type, headers, body, lease_until
+        "SELECT {SUMMARY_COLUMNS}, order_key, content_type, headers, body,
+                (SELECT l.lease_until FROM leases AS l WHERE l.event_id = events.id)
          FROM events WHERE id = ?1"
     );
     let found = conn
