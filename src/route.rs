@@ -18,8 +18,9 @@
 //!
 //! Config validation builds a [`Filter`] with [`Filter::parse`], which
 //! reports every bad pointer and value under its key; the receiver asks
-//! [`Filter::matches`] for each event, parsing the body once
-//! ([`Body::new`]) whatever the number of destinations.
+//! [`Filter::matches`] for each event, with the body parsed once
+//! ([`Body::new`], or [`Body::parsed`] when the receiver has parsed it
+//! already) whatever the number of destinations.
 
 use std::collections::BTreeMap;
 
@@ -97,14 +98,24 @@ impl Filter {
     }
 }
 
-/// A body as filters read it: parsed as JSON once, if any filter needs it.
-pub struct Body(Option<serde_json::Value>);
+/// A body as filters read it: its JSON, parsed once, if any filter needs it.
+pub struct Body<'a>(Option<std::borrow::Cow<'a, serde_json::Value>>);
 
-impl Body {
+impl Body<'_> {
     /// Parses `bytes` only when `needed`; a body that is not JSON is kept
     /// as "no JSON", which no `when` matches.
-    pub fn new(bytes: &[u8], needed: bool) -> Body {
-        Body(needed.then(|| serde_json::from_slice(bytes).ok()).flatten())
+    pub fn new(bytes: &[u8], needed: bool) -> Body<'static> {
+        Body(
+            needed
+                .then(|| serde_json::from_slice(bytes).ok())
+                .flatten()
+                .map(std::borrow::Cow::Owned),
+        )
+    }
+
+    /// A body already parsed (`None`: not JSON, or not needed).
+    pub fn parsed(json: Option<&serde_json::Value>) -> Body<'_> {
+        Body(json.map(std::borrow::Cow::Borrowed))
     }
 
     /// The text a pattern is compared with: a string as it is, anything

@@ -61,8 +61,9 @@ pub enum JobSpec {
 pub struct Job {
     pub source: String,
     pub spec: JobSpec,
-    /// Fetched events start `pending` when the source has a destination.
-    pub delivers: bool,
+    /// The destination's filter: a fetched event it matches starts
+    /// `pending`; one it does not, or any without a destination, `stored`.
+    pub route: Option<crate::route::Filter>,
     pub order_key: Vec<String>,
 }
 
@@ -100,7 +101,7 @@ pub fn jobs(config: &Config) -> Vec<Job> {
             Some(Job {
                 source: s.name.clone(),
                 spec,
-                delivers: s.deliver.is_some(),
+                route: s.deliver.as_ref().map(|d| d.filter.clone()),
                 order_key: s.order_key.clone(),
             })
         })

@@ -27,6 +27,7 @@ use super::{RateLimited, RunCtx};
 use crate::clock;
 use crate::config::StripeBackfillConfig;
 use crate::receive::payload::{Identified, Inbound};
+use crate::route::Body;
 use crate::store::catchup as sql;
 use crate::store::models::{Inserted, NewEvent, Origin, State};
 
@@ -175,10 +176,16 @@ async fn insert(ctx: &mut RunCtx<'_>, missing: Vec<Missing>) -> anyhow::Result<(
             continue;
         }
         ctx.step().await?;
-        let state = if ctx.job.delivers {
-            State::Pending
-        } else {
-            State::Stored
+        let state = match &ctx.job.route {
+            Some(filter)
+                if filter.matches(
+                    m.event_type.as_deref(),
+                    &Body::new(&m.body, filter.reads_body()),
+                ) =>
+            {
+                State::Pending
+            }
+            _ => State::Stored,
         };
         let event = NewEvent {
             source: ctx.job.source.clone(),
@@ -196,7 +203,7 @@ async fn insert(ctx: &mut RunCtx<'_>, missing: Vec<Missing>) -> anyhow::Result<(
             Inserted::New(id) => {
                 tracing::info!(event.id = id, delivery.id = %m.delivery_id, "inserted a missed Stripe event");
                 ctx.report.inserted.push(m.delivery_id);
-                pending |= ctx.job.delivers;
+                pending |= state == State::Pending;
             }
             // Pushed by Stripe while this pass ran.
             Inserted::Duplicate(_) => ctx.report.skipped.held += 1,

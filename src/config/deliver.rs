@@ -3,16 +3,20 @@
 //!
 //! A destination is either `url` (an HTTP POST signed the Standard Webhooks
 //! way with `signing_secret`) or `command` (an argv run without a shell),
-//! never both. [`validate`] turns the raw table into a [`DeliverConfig`],
+//! never both, with an optional filter ([`crate::route`]): an event it
+//! does not match is kept as `stored`, not dispatched. [`validate`] turns
+//! the raw table into a [`DeliverConfig`],
 //! resolving the signing secret to its HMAC key, and reports every problem
 //! under the key that has it. `crate::dispatch` is what uses the result.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{duration, limits, secret};
+use crate::route::Filter;
 
 /// The `deliver` table as written.
 #[derive(Clone, Deserialize, Serialize)]
@@ -40,6 +44,12 @@ pub struct RawDeliver {
     pub concurrency: usize,
     /// HTTP statuses that send the event straight to `dead`.
     pub permanent_statuses: Vec<u16>,
+    /// Event-type globs; empty: every type.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
+    /// JSON pointer → a value or a list of values, any of which matches.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub when: BTreeMap<String, toml::Value>,
 }
 
 impl Default for RawDeliver {
@@ -54,6 +64,8 @@ impl Default for RawDeliver {
             backoff_cap: Duration::from_secs(3600),
             concurrency: 4,
             permanent_statuses: vec![400, 401, 403, 404, 410, 422],
+            events: Vec::new(),
+            when: BTreeMap::new(),
         }
     }
 }
@@ -74,6 +86,8 @@ impl fmt::Debug for RawDeliver {
             .field("backoff_cap", &self.backoff_cap)
             .field("concurrency", &self.concurrency)
             .field("permanent_statuses", &self.permanent_statuses)
+            .field("events", &self.events)
+            .field("when", &self.when)
             .finish()
     }
 }
@@ -82,6 +96,8 @@ impl fmt::Debug for RawDeliver {
 #[derive(Debug, Clone)]
 pub struct DeliverConfig {
     pub destination: Destination,
+    /// Which events go; the others are kept as `stored`.
+    pub filter: Filter,
     pub timeout: Duration,
     pub max_attempts: u32,
     pub backoff_base: Duration,
@@ -126,6 +142,7 @@ impl fmt::Debug for Destination {
 /// Pushes every problem found and returns the config only when there is none.
 pub fn validate(raw: &RawDeliver, at: &str, problems: &mut Vec<String>) -> Option<DeliverConfig> {
     let before = problems.len();
+    let filter = Filter::parse(&raw.events, &raw.when, at, problems);
     let destination = match (&raw.url, &raw.command) {
         (Some(url), None) => url_destination(url, raw.signing_secret.as_deref(), at, problems),
         (None, Some(argv)) => {
@@ -165,6 +182,7 @@ pub fn validate(raw: &RawDeliver, at: &str, problems: &mut Vec<String>) -> Optio
     }
     (problems.len() == before).then(|| DeliverConfig {
         destination: destination.expect("no problems means the destination was built"),
+        filter: filter.expect("no problems means the filter was built"),
         timeout: raw.timeout,
         max_attempts: raw.max_attempts,
         backoff_base: raw.backoff_base,

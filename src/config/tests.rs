@@ -281,6 +281,25 @@ fn a_source_without_deliver_has_no_destination() {
 }
 
 #[test]
+fn a_destination_filter_loads_and_a_bad_one_is_explained_under_its_key() {
+    let config = with_deliver(
+        r#"command = ["/bin/true"], events = ["push"], when = { "/ref" = "refs/heads/main" }"#,
+    )
+    .unwrap();
+    let filter = &config.sources[0].deliver.as_ref().unwrap().filter;
+    let main = crate::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
+    assert!(filter.matches(Some("push"), &main));
+    assert!(!filter.matches(Some("issues"), &main));
+    let err = with_deliver(r#"command = ["/bin/true"], when = { "ref" = "main" }"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(r#"sources[0] ("github").deliver.when: "ref" is not a JSON pointer"#),
+        "{err}"
+    );
+}
+
+#[test]
 fn each_deliver_problem_is_reported_under_its_key() {
     let at = "sources[0] (\"github\").deliver";
     let sig = format!("signing_secret = \"{WHSEC}\"");

@@ -44,6 +44,7 @@ use crate::edge::Edge;
 use crate::edge::bodies::Charge;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, SourceMetrics};
+use crate::route::Filter;
 use crate::store::models::{Inserted, NewEvent, Origin, State as EventState};
 use crate::store::{StoreError, WriterHandle};
 use payload::{Identified, IdentifyError, Inbound};
@@ -60,9 +61,10 @@ pub struct Source {
     order_key: Vec<String>,
     max_body_bytes: u64,
     keep_headers: Vec<String>,
-    /// Whether events go on to a destination (`pending`) or are only kept
+    /// The destination's filter: an event it matches goes on (`pending`);
+    /// one it does not, or any event without a destination, is only kept
     /// (`stored`).
-    delivers: bool,
+    route: Option<Filter>,
     /// `None`: every address may post.
     allow_ips: Option<AllowIps>,
     metrics: SourceMetrics,
@@ -125,7 +127,7 @@ impl Source {
             order_key: cfg.order_key.clone(),
             max_body_bytes: cfg.max_body_bytes,
             keep_headers,
-            delivers: cfg.deliver.is_some(),
+            route: cfg.deliver.as_ref().map(|d| d.filter.clone()),
             allow_ips: cfg.allow_ips.clone(),
             metrics,
         }
@@ -168,8 +170,6 @@ impl Source {
         let order_key = self.order_key.iter().find_map(|p| req.json_str(p));
         let event = NewEvent {
             source: self.name.clone(),
-            delivery_id: identity.delivery_id,
-            event_type: identity.event_type,
             order_key,
             received_at: now_ms,
             origin: Origin::Push,
@@ -177,15 +177,25 @@ impl Source {
                 .get(header::CONTENT_TYPE)
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
             headers: kept_headers(headers, &self.keep_headers),
-            body,
-            state: if self.delivers {
-                EventState::Pending
-            } else {
-                EventState::Stored
+            state: match &self.route {
+                Some(filter)
+                    if filter.matches(identity.event_type.as_deref(), &body_of(filter, &req)) =>
+                {
+                    EventState::Pending
+                }
+                _ => EventState::Stored,
             },
+            delivery_id: identity.delivery_id,
+            event_type: identity.event_type,
+            body,
         };
         Ok(Examined::Event(event))
     }
+}
+
+/// The body as `filter` reads it: the receiver's own parse, when needed.
+fn body_of<'a>(filter: &Filter, req: &'a Inbound<'_>) -> crate::route::Body<'a> {
+    crate::route::Body::parsed(filter.reads_body().then(|| req.json()).flatten())
 }
 
 enum Examined {
@@ -363,10 +373,11 @@ async fn handle(
         Examined::Challenge(challenge) => return Ok(Answer::Challenge(challenge)),
         Examined::Event(event) => event,
     };
+    let dispatched = matches!(event.state, EventState::Pending);
     match rx.writer.insert(event).await {
         Ok(Inserted::New(id)) => {
             tracing::debug!(source = %source.name, event.id = id, "accepted");
-            if source.delivers {
+            if dispatched {
                 rx.dispatch.notify_one();
             }
             Ok(Answer::Accepted(id))

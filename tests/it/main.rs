@@ -16,6 +16,7 @@ mod deliver_upgrade;
 mod edge;
 mod events;
 mod faults;
+mod filter;
 mod helpers;
 mod hostile;
 mod limits;
