@@ -100,9 +100,12 @@ impl Proxies {
 
 /// The elements of every line of the header, in order (several lines read
 /// as one list, RFC 9110 5.3), unparsed. A line is split on its own, so a
-/// quote a client leaves open cannot swallow the line a proxy added; a line
-/// that is not visible ASCII is one unreadable element, which only matters
-/// if the walk reaches it.
+/// quote a client leaves open cannot swallow the line a proxy added; and a
+/// line that ends inside a quoted string makes its last element unreadable,
+/// since that element is where a proxy that appends to the client's line
+/// (`$http_forwarded, for=$remote_addr`) put its own, now swallowed. A line
+/// that is not visible ASCII is one unreadable element. An unreadable
+/// element only matters if the walk reaches it.
 fn items(headers: &HeaderMap, header: ForwardedHeader) -> Vec<Result<String, ()>> {
     let name = match header {
         ForwardedHeader::XForwardedFor => "x-forwarded-for",
@@ -117,7 +120,14 @@ fn items(headers: &HeaderMap, header: ForwardedHeader) -> Vec<Result<String, ()>
         match header {
             ForwardedHeader::XForwardedFor => out.extend(line.split(',').map(|i| Ok(i.to_owned()))),
             ForwardedHeader::Forwarded => {
-                out.extend(split_outside_quotes(line, ',').into_iter().map(Ok));
+                let (elements, closed) = split_outside_quotes(line, ',');
+                let last = elements.len() - 1;
+                out.extend(
+                    elements
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, e)| if i == last && !closed { Err(()) } else { Ok(e) }),
+                );
             }
         }
     }
@@ -125,23 +135,31 @@ fn items(headers: &HeaderMap, header: ForwardedHeader) -> Vec<Result<String, ()>
 }
 
 /// One `Forwarded` element: its `for` node, or [`Hop::Opaque`] without one.
+/// Every pair's value must be a token or a whole quoted string, whatever
+/// its key: a value left open is where another element was swallowed.
 fn forwarded_element(element: &str) -> Result<Hop, ()> {
     let mut hop = Hop::Opaque;
-    for pair in split_outside_quotes(element, ';') {
+    let (pairs, closed) = split_outside_quotes(element, ';');
+    if !closed {
+        return Err(());
+    }
+    for pair in pairs {
         let pair = pair.trim();
         if pair.is_empty() {
             continue;
         }
         let (key, raw) = pair.split_once('=').ok_or(())?;
+        let value = unquote(raw.trim())?;
         if key.trim().eq_ignore_ascii_case("for") {
-            hop = node(&unquote(raw.trim())?)?;
+            hop = node(&value)?;
         }
     }
     Ok(hop)
 }
 
-/// Splits on `sep` where it is not inside a quoted string.
-fn split_outside_quotes(text: &str, sep: char) -> Vec<String> {
+/// Splits on `sep` where it is not inside a quoted string; `false` when
+/// the text ends inside one.
+fn split_outside_quotes(text: &str, sep: char) -> (Vec<String>, bool) {
     let mut parts = Vec::new();
     let mut current = String::new();
     let (mut quoted, mut escaped) = (false, false);
@@ -159,7 +177,7 @@ fn split_outside_quotes(text: &str, sep: char) -> Vec<String> {
         current.push(c);
     }
     parts.push(current);
-    parts
+    (parts, !quoted)
 }
 
 /// A token or a quoted string, without its quotes and escapes.
@@ -398,6 +416,9 @@ mod tests {
             "for=[2001:db8::1",
             "for=\"\\",
             "for=203.0.113.9, for=\"10.0.0.1",
+            // A quote the client left open under another key swallows the
+            // element a proxy appended to the client's own line.
+            "for=9.9.9.9;x=\", for=203.0.113.9",
         ] {
             assert_eq!(fwd_client(value), Err(Unreadable::Malformed), "{value:?}");
         }

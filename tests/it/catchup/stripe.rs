@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::fake::{Fake, STRIPE_KEY};
-use super::{ago, config_at, pass, query_i64};
+use super::{ago, config_at, new_db, pass, query_i64};
 use crate::helpers::*;
 
 pub const STRIPE_SECRET: &str = "whsec_stripe_test_secret";
@@ -130,4 +130,34 @@ async fn missing_stripe_events_are_inserted_once_as_fetched_and_present_ones_unt
     assert!(again.inserted.is_empty(), "{again:?}");
     assert_eq!(query_i64(&db, "SELECT count(*) FROM events"), 7);
     drop(dir);
+}
+
+#[tokio::test]
+async fn fetched_events_follow_the_destination_filter() {
+    let fake = Fake::start(Vec::new()).await;
+    let mut refund = event("evt_refund", ago(120));
+    refund["type"] = json!("charge.refunded");
+    fake.add_stripe_event(event("evt_invoice", ago(60)));
+    fake.add_stripe_event(refund);
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let sources = format!(
+        "{}deliver = {{ command = [\"/bin/true\"], events = [\"invoice.*\"] }}\n",
+        stripe_source(&fake.url())
+    );
+    let config = config_at(&db, &sources);
+    let report = pass(&config, "stripe", false).await;
+    assert!(report.complete, "{report:?}");
+    let state = |id: &str| -> String {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row(
+                "SELECT state FROM events WHERE delivery_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(state("evt_invoice"), "pending", "the filter takes it");
+    assert_eq!(state("evt_refund"), "stored", "the filter leaves it");
 }
