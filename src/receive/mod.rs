@@ -416,7 +416,7 @@ async fn read_body(
 ) -> Result<Bytes, ApiError> {
     let read = async {
         let mut body = body;
-        let mut pieces = Vec::new();
+        let mut whole = Whole::default();
         let mut len: u64 = 0;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|_| ApiError::BodyUnreadable)?;
@@ -428,31 +428,74 @@ async fn read_body(
                 return Err(ApiError::BodyTooLarge);
             }
             rx.edge.charge(&source.name, charge, data.len())?;
-            pieces.push(data);
+            whole.push(data);
         }
-        Ok(concat(pieces))
+        Ok(whole.freeze())
     };
     tokio::time::timeout(rx.body_timeout, read)
         .await
         .unwrap_or(Err(ApiError::BodyTimeout))
 }
 
-/// One buffer of the pieces, copied only when there are several.
-fn concat(mut pieces: Vec<Bytes>) -> Bytes {
-    if pieces.len() <= 1 {
-        return pieces.pop().unwrap_or_default();
+/// A body as it arrives. One frame (the usual body with a
+/// `Content-Length`) is kept as it came, without a copy; from the second on,
+/// every frame is copied into one buffer and let go at once. Kept as
+/// separate pieces, a body sent in 1-byte chunks would hold a slice of the
+/// connection's read buffer and a `Bytes` per byte: many times what it is
+/// charged.
+#[derive(Default)]
+enum Whole {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(bytes::BytesMut),
+}
+
+impl Whole {
+    fn push(&mut self, data: Bytes) {
+        *self = match std::mem::take(self) {
+            Whole::Empty => Whole::One(data),
+            Whole::One(first) => {
+                let mut buf = bytes::BytesMut::with_capacity(first.len() + data.len());
+                buf.extend_from_slice(&first);
+                buf.extend_from_slice(&data);
+                Whole::Many(buf)
+            }
+            Whole::Many(mut buf) => {
+                buf.extend_from_slice(&data);
+                Whole::Many(buf)
+            }
+        }
     }
-    let mut whole = bytes::BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
-    for piece in pieces {
-        whole.extend_from_slice(&piece);
+
+    fn freeze(self) -> Bytes {
+        match self {
+            Whole::Empty => Bytes::new(),
+            Whole::One(data) => data,
+            Whole::Many(buf) => buf.freeze(),
+        }
     }
-    whole.freeze()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn a_body_in_many_frames_is_one_buffer_and_one_frame_is_not_copied() {
+        let mut whole = Whole::default();
+        for b in b"hello, world" {
+            whole.push(Bytes::copy_from_slice(&[*b]));
+        }
+        assert!(matches!(&whole, Whole::Many(buf) if buf.len() == 12));
+        assert_eq!(whole.freeze(), Bytes::from_static(b"hello, world"));
+        let one = Bytes::from_static(b"as it came");
+        let mut whole = Whole::default();
+        whole.push(one.clone());
+        assert_eq!(whole.freeze().as_ptr(), one.as_ptr(), "not copied");
+        assert!(Whole::default().freeze().is_empty());
+    }
 
     #[test]
     fn a_declared_length_is_read_only_when_it_is_a_number() {
@@ -469,9 +512,10 @@ mod tests {
 
     #[test]
     fn pieces_are_joined_in_order() {
-        assert_eq!(concat(Vec::new()), Bytes::new());
-        assert_eq!(concat(vec![Bytes::from_static(b"one")]), "one");
-        let pieces = ["a", "bc", "", "def"].map(Bytes::from).to_vec();
-        assert_eq!(concat(pieces), "abcdef");
+        let mut whole = Whole::default();
+        for piece in ["a", "bc", "", "def"] {
+            whole.push(Bytes::from(piece));
+        }
+        assert_eq!(whole.freeze(), "abcdef");
     }
 }
