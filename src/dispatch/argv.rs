@@ -31,14 +31,23 @@ enum Part {
 }
 
 impl Template {
-    /// Parses every element; `Err` names the first bad pointer, as
-    /// `(element index, why)`.
+    /// Parses every element; `Err` names the first bad one, as `(element
+    /// index, why)`. The program itself takes no placeholder: an event
+    /// (anyone who can push a branch) must never choose what runs.
     pub fn parse(argv: &[String]) -> Result<Template, (usize, String)> {
-        let args = argv
+        let args: Vec<Vec<Part>> = argv
             .iter()
             .enumerate()
             .map(|(i, arg)| parse_arg(arg).map_err(|why| (i, why)))
             .collect::<Result<_, _>>()?;
+        if let Some(program) = args.first()
+            && program.iter().any(|p| !matches!(p, Part::Literal(_)))
+        {
+            return Err((
+                0,
+                "the program takes no placeholder: an event must not choose what runs".into(),
+            ));
+        }
         Ok(Template { args })
     }
 
@@ -186,6 +195,18 @@ mod tests {
             got[2],
             r#"--upload-pack=touch /tmp/pwned; rm -rf / "$(id)""#
         );
+    }
+
+    #[test]
+    fn the_program_takes_no_placeholder() {
+        for program in ["{/ref}", "/usr/bin/{source}", "{event_type}"] {
+            let argv = vec![program.to_owned(), "x".to_owned()];
+            let (i, why) = Template::parse(&argv).unwrap_err();
+            assert_eq!(i, 0);
+            assert!(why.contains("no placeholder"), "{why}");
+        }
+        // Braces that are no placeholder are a program's own name.
+        assert!(Template::parse(&["/opt/{x}/run".to_owned()]).is_ok());
     }
 
     #[test]

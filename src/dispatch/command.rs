@@ -8,7 +8,8 @@
 //! to hookbox's own environment less what is hookbox's alone: the
 //! variables holding its secrets and [`WITHHELD_ENV`]. Exit status 0
 //! is delivered; any other exit, a signal, a program that cannot start, and
-//! the timeout are retried.
+//! the timeout are retried, except arguments this event's placeholders made
+//! that can never be passed (a NUL byte, too long): the event is dead.
 //!
 //! The child leads its own process group. On timeout the whole group gets
 //! SIGKILL, so a handler's own children (`sh -c 'curl ... &'`) die with it,
@@ -32,6 +33,9 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::argv::Template;
 use super::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
+
+/// `E2BIG`: the argument list is too long for `execve`.
+const E2BIG: i32 = nix::errno::Errno::E2BIG as i32;
 
 /// How long output is still collected after the child exits.
 pub const OUTPUT_GRACE: Duration = Duration::from_millis(200);
@@ -111,6 +115,25 @@ impl CommandDestination {
             .spawn();
         let mut child = match spawned {
             Ok(child) => child,
+            // The arguments this event's placeholders made can never be
+            // passed (a NUL byte, or more than the kernel takes): trying
+            // again would fail the same way.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::InvalidInput
+                    || e.raw_os_error() == Some(E2BIG) =>
+            {
+                return (
+                    Outcome::Dead,
+                    Some(format!(
+                        "cannot start {program}: this event's arguments cannot be passed ({})",
+                        if e.raw_os_error() == Some(E2BIG) {
+                            "too long"
+                        } else {
+                            "a NUL byte"
+                        }
+                    )),
+                );
+            }
             Err(e) => {
                 return (
                     retry,

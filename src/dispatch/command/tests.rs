@@ -185,3 +185,18 @@ async fn an_abandoned_attempt_kills_the_whole_process_group() {
     }
     assert!(!alive(pid), "grandchild {pid} survived the dropped attempt");
 }
+
+#[tokio::test]
+async fn arguments_an_event_made_that_cannot_be_passed_make_it_dead_not_retried() {
+    let argv = |arg: &str| vec!["/bin/true".to_owned(), arg.to_owned()];
+    let nul = run(argv("{/x}"), SECS, r#"{"x": "a\u0000b"}"#).await;
+    assert_eq!(nul.outcome, Outcome::Dead);
+    let error = nul.error.unwrap();
+    assert!(error.contains("a NUL byte"), "{error}");
+    let huge = format!(r#"{{"x": "{}"}}"#, "a".repeat(256 * 1024));
+    let long = run(argv("{/x}"), SECS, huge).await;
+    assert_eq!(long.outcome, Outcome::Dead);
+    let error = long.error.unwrap();
+    assert!(error.contains("too long"), "{error}");
+    assert!(error.len() < 200, "the value is not in the error: {error}");
+}
