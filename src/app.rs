@@ -142,10 +142,17 @@ impl App {
         }
         let joined = tokio::task::spawn_blocking(move || writer_thread.join());
         match tokio::time::timeout(WRITER_STOP_TIMEOUT, joined).await {
-            Ok(_) => tracing::info!("stopped"),
-            Err(_) => tracing::error!("the writer did not stop within {WRITER_STOP_TIMEOUT:?}"),
+            Ok(_) => {
+                tracing::info!("stopped");
+                drop(lock);
+            }
+            Err(_) => {
+                tracing::error!("the writer did not stop within {WRITER_STOP_TIMEOUT:?}");
+                // It may still be committing: no other server may open the
+                // database until this process is gone.
+                std::mem::forget(lock);
+            }
         }
-        drop(lock);
         served
     }
 }
@@ -168,8 +175,10 @@ struct Parts {
 ///
 /// What can fail is built before any task starts, so an early error leaves
 /// no task holding a writer handle. Once started, every task is awaited
-/// even when one has failed, and a failed one stops the others: a server
-/// whose dispatcher panicked must not go on answering 202.
+/// even when one has failed, and a failed listener, dispatcher, catch-up,
+/// watchdog or IP set refresh stops the others at once: a server whose
+/// dispatcher panicked must not go on answering 202. (A failed TLS or
+/// maintenance task is reported when the server stops.)
 async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> {
     let Parts {
         config,

@@ -54,6 +54,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// A lease outlives the attempt's own timeout by this much.
 const LEASE_MARGIN: Duration = Duration::from_secs(60);
 
+/// After a body could not be read, its claim is given back this much later.
+const BODY_READ_PAUSE: Duration = Duration::from_secs(1);
+
 /// With events held and no claim made for this long (by the monotonic
 /// clock), a claim goes only to renew their leases: well within
 /// [`LEASE_MARGIN`], so one that waits its turn behind a busy writer still
@@ -307,7 +310,7 @@ impl Dispatcher {
         async move {
             let lease = claimed.lease();
             let started_at = clock::now_ms();
-            let Some((job, attempt)) = run(claimed, &store, &deliverer).await else {
+            let Some((job, attempt)) = run(claimed, &store, &writer, &deliverer).await else {
                 return;
             };
             let now = clock::now_ms();
@@ -391,10 +394,14 @@ impl Dispatcher {
     }
 }
 
-/// Reads the event's body and makes the attempt; `None` when the event is
-/// gone (nothing to deliver, nothing to record).
-async fn run(claimed: Claimed, store: &Store, deliverer: &Deliverer) -> Option<(Job, Attempt)> {
-    let started = Instant::now();
+/// Reads the event's body and makes the attempt; `None` when there was
+/// none to make (nothing to record).
+async fn run(
+    claimed: Claimed,
+    store: &Store,
+    writer: &WriterHandle,
+    deliverer: &Deliverer,
+) -> Option<(Job, Attempt)> {
     let id = claimed.id;
     let body = store.read(move |conn| dispatch::body(conn, id)).await;
     match body {
@@ -409,16 +416,21 @@ async fn run(claimed: Claimed, store: &Store, deliverer: &Deliverer) -> Option<(
             tracing::warn!(event.id = id, "the event was deleted before its attempt");
             None
         }
-        // A failed attempt like any other: retried with backoff, so a
-        // database that cannot be read is not read in a loop.
+        // Not an attempt: the destination never saw it, so it must not
+        // count toward max_attempts (or make the event dead). The claim is
+        // given back after a pause, so a database that cannot be read is
+        // not read in a loop.
         Err(e) => {
-            let attempt = Attempt {
-                outcome: Outcome::Retry { retry_after: None },
-                status: None,
-                duration: started.elapsed(),
-                error: Some(format!("cannot read the stored body: {e:#}")),
-            };
-            Some((job(claimed, Vec::new()), attempt))
+            tracing::warn!(
+                event.id = id,
+                error = %format!("{e:#}"),
+                "cannot read the event's body; trying again shortly, no attempt counted"
+            );
+            tokio::time::sleep(BODY_READ_PAUSE).await;
+            if let Err(e) = writer.release(vec![claimed.lease()]).await {
+                tracing::warn!(error = %e, "cannot give the claim back; its lease runs out");
+            }
+            None
         }
     }
 }

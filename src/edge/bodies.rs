@@ -19,8 +19,9 @@
 //! A request that would go over any of them is refused ([`Refused`];
 //! `crate::receive` answers 503 with `Retry-After`, which every provider
 //! retries). A charge is given back when its request ends, stored or
-//! refused. A body above the whole budget is charged the whole budget, so
-//! a source limit above it still lets one such body through at a time.
+//! refused. (The config caps every body limit at the budget; a body
+//! charged past it would be charged the whole budget, a clamp kept in case
+//! that cap moves.)
 //!
 //! Memory is bounded: an address is remembered only while it holds a
 //! charge, so the table never outgrows the connections being served.

@@ -13,7 +13,9 @@
 //!   requests it made) keeps finished runs for `retention.key_days`, but
 //!   never less than [`LOG_FLOOR_DAYS`]: GitLab catch-up reads a week back,
 //!   and GitHub's asks whether a GUID was already asked for in its 3 days.
-//!   The last run of each job stays whatever its age (stats show it), and
+//!   The newest run of each job, finished or not, stays whatever its age
+//!   (stats show it); a run that never finished (its process died) is
+//!   never pruned, as it may be the one running now; and
 //!   what goes is added to `catchup_pruned`, so the metrics that count runs
 //!   and requests never go back.
 //!

@@ -16,5 +16,5 @@ CREATE INDEX leases_key ON leases (source, order_key) WHERE order_key IS NOT NUL
 -- The lease columns of `events` are no longer written. A lease left in
 -- them is from a run that died mid-dispatch, and its attempt is counted
 -- already: the start clears it, as it always did.
-DROP INDEX events_leased;
+DROP INDEX IF EXISTS events_leased;
 UPDATE events SET lease_until = NULL WHERE lease_until IS NOT NULL;
