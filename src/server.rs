@@ -14,10 +14,13 @@
 //! requests, or is still in its TLS handshake), or one whose request is
 //! still waiting for its body, idle since its last byte arrived. So neither
 //! a flood of connections that send nothing nor uploads that stall can lock
-//! real deliveries out until a timeout. Only a request whose body is all in
-//! (being verified, stored or answered) is never cut off: when every
+//! real deliveries out until a timeout. A request whose body is all in
+//! (being verified, stored or answered) is not chosen: when every
 //! connection is running one, new connections wait in the kernel's listen
 //! queue rather than being refused, and the first to go idle makes room.
+//! (An idle keep-alive connection chosen just as its next request begins
+//! loses that request; if it was stored, the provider's retry is answered
+//! "duplicate", so nothing is lost.)
 //!
 //! With a TLS acceptor (`[server.tls]`, see `crate::tls`) each connection
 //! first completes a TLS handshake, in its own task so a slow client
