@@ -168,8 +168,17 @@ impl Source {
             Identified::Event(identity) => identity,
         };
         let order_key = self.order_key.iter().find_map(|p| req.json_str(p));
+        let event_type = identity.event_type;
+        let state = match &self.route {
+            Some(filter) if filter.matches(event_type.as_deref(), &body_of(filter, &req)) => {
+                EventState::Pending
+            }
+            _ => EventState::Stored,
+        };
         let event = NewEvent {
             source: self.name.clone(),
+            delivery_id: identity.delivery_id,
+            event_type,
             order_key,
             received_at: now_ms,
             origin: Origin::Push,
@@ -177,17 +186,8 @@ impl Source {
                 .get(header::CONTENT_TYPE)
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
             headers: kept_headers(headers, &self.keep_headers),
-            state: match &self.route {
-                Some(filter)
-                    if filter.matches(identity.event_type.as_deref(), &body_of(filter, &req)) =>
-                {
-                    EventState::Pending
-                }
-                _ => EventState::Stored,
-            },
-            delivery_id: identity.delivery_id,
-            event_type: identity.event_type,
             body,
+            state,
         };
         Ok(Examined::Event(event))
     }
