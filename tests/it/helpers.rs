@@ -382,10 +382,16 @@ impl Drop for ChildServer {
     }
 }
 
-/// A loopback address nobody is listening on (bind :0, then let go).
+/// A loopback address nobody is listening on, picked at random below
+/// Linux's ephemeral range (32768-60999) and checked by binding it. A port
+/// the kernel handed out for `:0` (as `free_addr` once did) could be handed
+/// out again, to another test's listener or client socket, before the
+/// server meant to take it binds; the kernel never hands out these.
 pub fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    loop {
+        let port = 20_000 + fastrand::u16(..12_000);
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().unwrap();
+        }
+    }
 }
