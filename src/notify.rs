@@ -2,10 +2,12 @@
 //! `sd_notify` (a no-op when `NOTIFY_SOCKET` is unset, as outside systemd).
 //!
 //! `READY=1` is sent once both listeners are bound and the database is
-//! open. The watchdog is fed only after a ping has gone through the writer
-//! thread and committed, so a wedged writer (or a database that cannot
-//! commit) stops the pings and lets systemd restart hookbox, while a
-//! healthy but idle one keeps them coming.
+//! open. The watchdog is fed only while the writer commits: a ping of its
+//! own went through the writer thread and committed, or other groups did
+//! within the period (a busy writer's queue is full, and the ping waits
+//! for room). So a wedged writer (or a database that cannot commit) stops
+//! the feeding and lets systemd restart hookbox, while a healthy one, idle
+//! or in a retry storm, keeps it fed.
 
 use std::time::Duration;
 
