@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-fn hookbox() -> Command {
+/// The binary, with nothing from the test environment that could enable
+/// a default source or pick a config.
+pub(crate) fn hookbox() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
     // Nothing from the test environment may enable a default source.
     for var in [

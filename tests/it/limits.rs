@@ -18,6 +18,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
 };
 
+use crate::cli::hookbox;
 use crate::deliver::wait_for_state;
 use crate::helpers::{ChildServer, free_addr, github_request, hmac_sha256, json, now_secs};
 
@@ -137,20 +138,6 @@ fn widest(doc: &toml::Table, key: &str) -> i64 {
     } else {
         i64::from(u32::MAX)
     }
-}
-
-fn hookbox() -> std::process::Command {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"));
-    for var in [
-        "GITHUB_WEBHOOK_SECRET",
-        "STRIPE_WEBHOOK_SECRET",
-        "SHOPIFY_WEBHOOK_SECRET",
-        "STANDARD_WEBHOOK_SECRET",
-        "HOOKBOX_CONFIG",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd
 }
 
 #[test]
