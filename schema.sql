@@ -24,32 +24,55 @@ CREATE TABLE events (
     delivered_at    INTEGER,
     UNIQUE (source, delivery_id)
 );
--- lease_until: no longer written since version 8; leases are in `leases`.
+-- state: derived from the event's deliveries since version 9. attempts,
+-- next_attempt_at, last_error: no longer written since version 9 (dispatch
+-- is per destination, in `deliveries`); lease_until since version 8.
 
--- What is due, per source: only pending rows are in it, so it stays small.
-CREATE INDEX events_due ON events (source, next_attempt_at) WHERE state = 'pending';
--- Per-key ordering: the oldest pending event of a key goes first.
-CREATE INDEX events_order ON events (source, order_key, id)
-    WHERE state = 'pending' AND order_key IS NOT NULL;
 -- Listing a source's inbox newest first.
 CREATE INDEX events_source ON events (source, id);
 -- Counting dead letters per source (metrics, stats); since version 4.
 CREATE INDEX events_dead ON events (source) WHERE state = 'dead';
 
--- Claimed events not yet settled, one row each (since version 8). Not
--- columns of `events`: updating an event that changes its row's size
--- rewrites the row, body and all. `attempts` counts an attempt when it
--- settles; until then it is counted here.
+-- One row per (event, destination that takes it), since version 9: the
+-- state of dispatch. An event's own `state` is derived from its rows
+-- (store/dispatch.rs); an event without any is `stored`.
+CREATE TABLE deliveries (
+    id              INTEGER PRIMARY KEY,
+    event_id        INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    source          TEXT    NOT NULL,   -- the event's
+    destination     TEXT    NOT NULL,   -- its name in the source's config
+    order_key       TEXT,               -- the event's
+    state           TEXT    NOT NULL
+                            CHECK (state IN ('pending', 'delivered', 'dead')),
+    attempts        INTEGER NOT NULL DEFAULT 0,   -- finished ones; the running one is in `leases`
+    next_attempt_at INTEGER,            -- NULL while held behind its key (store/dispatch.rs)
+    last_error      TEXT,
+    delivered_at    INTEGER,
+    UNIQUE (event_id, destination)
+);
+-- What is due, per lane: only pending rows are in it, so it stays small.
+CREATE INDEX deliveries_due ON deliveries (source, destination, next_attempt_at)
+    WHERE state = 'pending';
+-- Per-key ordering, per lane: the oldest pending delivery of a key goes first.
+CREATE INDEX deliveries_order ON deliveries (source, destination, order_key, event_id)
+    WHERE state = 'pending' AND order_key IS NOT NULL;
+-- Counting dead letters per lane (metrics, stats).
+CREATE INDEX deliveries_dead ON deliveries (source, destination) WHERE state = 'dead';
+
+-- Claimed deliveries not yet settled, one row each. Not columns of
+-- `deliveries`: a claim only inserts rows here. `attempts` counts an
+-- attempt when it settles; until then it is counted here.
 CREATE TABLE leases (
     token       INTEGER PRIMARY KEY AUTOINCREMENT,  -- the claim's own; never reused
-    event_id    INTEGER NOT NULL UNIQUE REFERENCES events (id) ON DELETE CASCADE,
-    source      TEXT    NOT NULL,   -- the event's, for the in-flight check of a key
+    delivery    INTEGER NOT NULL UNIQUE REFERENCES deliveries (id) ON DELETE CASCADE,
+    source      TEXT    NOT NULL,   -- the delivery's lane, for the in-flight check of a key
+    destination TEXT    NOT NULL,
     order_key   TEXT,
     attempt     INTEGER NOT NULL,   -- the attempt the claim makes, 1-based
     lease_until INTEGER NOT NULL
 );
--- One leased event of a key holds its key's others back.
-CREATE INDEX leases_key ON leases (source, order_key) WHERE order_key IS NOT NULL;
+-- One leased delivery of a key holds its key's others in the lane back.
+CREATE INDEX leases_key ON leases (source, destination, order_key) WHERE order_key IS NOT NULL;
 
 -- One row per dispatch attempt.
 CREATE TABLE attempts (
@@ -61,7 +84,7 @@ CREATE TABLE attempts (
     outcome     TEXT    NOT NULL,   -- delivered, retry, dead
     status_code INTEGER,
     error       TEXT                -- bounded excerpt
-);
+, destination TEXT NOT NULL DEFAULT 'default');   -- since version 9 (ALTER TABLE wrote it so)
 CREATE INDEX attempts_event ON attempts (event_id);
 
 -- Small key/value facts about the database itself (heartbeat, ids).

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use hookbox::app::App;
 use hookbox::config::{self, Config};
-use hookbox::store::dispatch::{self, ReplayFilter};
 use hookbox::store::listing::{self, ListFilter};
+use hookbox::store::{ReplayFilter, replay as replay_sql};
 use hookbox::store::{backup, queries, retention};
 use hookbox::telemetry::{self, LogFormat};
 
@@ -222,7 +222,7 @@ fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::R
             anyhow::ensure!(
                 config
                     .source(&event.source)
-                    .is_some_and(|s| s.deliver.is_some()),
+                    .is_some_and(|s| !s.destinations.is_empty()),
                 "event {id} belongs to source {:?}, which has no destination in this config",
                 event.source
             );
@@ -245,7 +245,7 @@ fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::R
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .context("starting the replay")?;
-    let n = dispatch::replay(&tx, &filter, hookbox::clock::now_ms())?;
+    let n = replay_sql(&tx, &filter, hookbox::clock::now_ms())?;
     tx.commit().context("committing the replay")?;
     println!("{n} event(s) put back to pending");
     Ok(())

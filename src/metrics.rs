@@ -67,15 +67,29 @@ impl EncodeLabelSet for SourceLabel {
     }
 }
 
+/// A dispatch lane: one destination of one source.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct LaneLabels {
+    source: Arc<str>,
+    destination: Arc<str>,
+}
+
+impl EncodeLabelSet for LaneLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("source", &*self.source).encode(encoder.encode_label())?;
+        ("destination", &*self.destination).encode(encoder.encode_label())
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct AttemptLabels {
-    source: Arc<str>,
+    lane: LaneLabels,
     outcome: &'static str,
 }
 
 impl EncodeLabelSet for AttemptLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
-        ("source", &*self.source).encode(encoder.encode_label())?;
+        self.lane.encode(encoder)?;
         ("outcome", self.outcome).encode(encoder.encode_label())
     }
 }
@@ -136,7 +150,7 @@ pub struct Metrics {
     received: Family<ReceivedLabels, Counter>,
     request_seconds: HistogramFamily<SourceLabel>,
     attempts: Family<AttemptLabels, Counter>,
-    dispatch_seconds: HistogramFamily<SourceLabel>,
+    dispatch_seconds: HistogramFamily<LaneLabels>,
     edge: EdgeMetrics,
     tls_expiry: Gauge,
 }
@@ -173,7 +187,7 @@ impl Metrics {
             "Delivery attempts by how they left the event (delivered, retry, dead)",
             attempts.clone(),
         );
-        let dispatch_seconds: HistogramFamily<SourceLabel> =
+        let dispatch_seconds: HistogramFamily<LaneLabels> =
             Family::new_with_constructor(latency_histogram);
         registry.register(
             "dispatch_duration_seconds",
@@ -257,12 +271,15 @@ impl Metrics {
         }
     }
 
-    /// The handles of one source's dispatch lane.
-    pub fn lane(&self, name: &str) -> LaneMetrics {
-        let source: Arc<str> = Arc::from(name);
+    /// The handles of one dispatch lane: `destination` of `source`.
+    pub fn lane(&self, source: &str, destination: &str) -> LaneMetrics {
+        let lane = LaneLabels {
+            source: Arc::from(source),
+            destination: Arc::from(destination),
+        };
         let attempts = |outcome| {
             self.attempts.get_or_create_owned(&AttemptLabels {
-                source: source.clone(),
+                lane: lane.clone(),
                 outcome,
             })
         };
@@ -270,9 +287,7 @@ impl Metrics {
             delivered: attempts("delivered"),
             retry: attempts("retry"),
             dead: attempts("dead"),
-            latency: self.dispatch_seconds.get_or_create_owned(&SourceLabel {
-                source: source.clone(),
-            }),
+            latency: self.dispatch_seconds.get_or_create_owned(&lane),
         }
     }
 
@@ -419,7 +434,7 @@ mod tests {
         github.duplicate(Duration::from_millis(1));
         github.rejected("invalid_signature", Duration::from_millis(1));
         metrics
-            .lane("github")
+            .lane("github", "default")
             .attempt(AttemptOutcome::Retry, Duration::from_millis(30));
         let mut text = String::new();
         metrics.encode(&mut text).unwrap();
@@ -427,8 +442,8 @@ mod tests {
             r#"hookbox_received_total{source="github",outcome="accepted"} 2"#,
             r#"hookbox_received_total{source="github",outcome="duplicate"} 1"#,
             r#"hookbox_received_total{source="github",outcome="rejected",reason="invalid_signature"} 1"#,
-            r#"hookbox_dispatch_attempts_total{source="github",outcome="retry"} 1"#,
-            r#"hookbox_dispatch_attempts_total{source="github",outcome="delivered"} 0"#,
+            r#"hookbox_dispatch_attempts_total{source="github",destination="default",outcome="retry"} 1"#,
+            r#"hookbox_dispatch_attempts_total{source="github",destination="default",outcome="delivered"} 0"#,
             r#"hookbox_request_duration_seconds_count{source="github"} 4"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");

@@ -18,9 +18,9 @@
 //!
 //! Config validation builds a [`Filter`] with [`Filter::parse`], which
 //! reports every bad pointer and value under its key; the receiver asks
-//! [`Filter::matches`] for each event, with the body parsed once
-//! ([`Body::new`], or [`Body::parsed`] when the receiver has parsed it
-//! already) whatever the number of destinations.
+//! its source's [`Routes`] which destinations take each event, with the
+//! body parsed once ([`Body::new`], or [`Body::parsed`] when the receiver
+//! has parsed it already) whatever the number of destinations.
 
 use std::collections::BTreeMap;
 
@@ -95,6 +95,37 @@ impl Filter {
                 body.text_at(pointer)
                     .is_some_and(|text| patterns.iter().any(|p| glob(p, &text)))
             })
+    }
+}
+
+/// A source's destinations as ingest sees them: each name with its
+/// filter, in config order.
+#[derive(Debug, Clone, Default)]
+pub struct Routes(Vec<(std::sync::Arc<str>, Filter)>);
+
+impl Routes {
+    pub fn new(destinations: &[crate::config::DeliverConfig]) -> Self {
+        Routes(
+            destinations
+                .iter()
+                .map(|d| (std::sync::Arc::from(d.name.as_str()), d.filter.clone()))
+                .collect(),
+        )
+    }
+
+    /// Whether any filter needs the body parsed as JSON.
+    pub fn reads_body(&self) -> bool {
+        self.0.iter().any(|(_, f)| f.reads_body())
+    }
+
+    /// The destinations that take an event of `event_type` with `body`;
+    /// empty: the event is only stored.
+    pub fn matching(&self, event_type: Option<&str>, body: &Body) -> Vec<std::sync::Arc<str>> {
+        self.0
+            .iter()
+            .filter(|(_, f)| f.matches(event_type, body))
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 }
 

@@ -18,8 +18,8 @@ use super::{AdminState, parse_limit};
 use crate::clock;
 use crate::dispatch::replay::refusal;
 use crate::error::ApiError;
+use crate::store::ReplayFilter;
 use crate::store::StoreError;
-use crate::store::dispatch::ReplayFilter;
 use crate::store::queries::{self, AttemptRow, EventFilter, EventSummary, STATES};
 
 /// `GET /api/events` parameters, as sent: parsed by [`ListParams::filter`]
@@ -302,7 +302,7 @@ pub(super) async fn replay_matching(
             .config
             .sources
             .iter()
-            .filter(|s| s.deliver.is_some())
+            .filter(|s| !s.destinations.is_empty())
             .map(|s| s.name.clone())
             .collect(),
     };

@@ -62,7 +62,7 @@ impl AdminState {
     fn delivers(&self, source: &str) -> bool {
         self.config
             .source(source)
-            .is_some_and(|s| s.deliver.is_some())
+            .is_some_and(|s| !s.destinations.is_empty())
     }
 }
 

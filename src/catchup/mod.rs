@@ -61,9 +61,9 @@ pub enum JobSpec {
 pub struct Job {
     pub source: String,
     pub spec: JobSpec,
-    /// The destination's filter: a fetched event it matches starts
-    /// `pending`; one it does not, or any without a destination, `stored`.
-    pub route: Option<crate::route::Filter>,
+    /// The source's destinations: a fetched event goes to each that takes
+    /// it; one that none takes is `stored`.
+    pub routes: crate::route::Routes,
     pub order_key: Vec<String>,
 }
 
@@ -101,7 +101,7 @@ pub fn jobs(config: &Config) -> Vec<Job> {
             Some(Job {
                 source: s.name.clone(),
                 spec,
-                route: s.deliver.as_ref().map(|d| d.filter.clone()),
+                routes: crate::route::Routes::new(&s.destinations),
                 order_key: s.order_key.clone(),
             })
         })

@@ -29,7 +29,7 @@ use crate::config::StripeBackfillConfig;
 use crate::receive::payload::{Identified, Inbound};
 use crate::route::Body;
 use crate::store::catchup as sql;
-use crate::store::models::{Inserted, NewEvent, Origin, State};
+use crate::store::models::{Inserted, NewEvent, Origin};
 
 /// How far back Stripe lists events.
 pub const MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -176,17 +176,12 @@ async fn insert(ctx: &mut RunCtx<'_>, missing: Vec<Missing>) -> anyhow::Result<(
             continue;
         }
         ctx.step().await?;
-        let state = match &ctx.job.route {
-            Some(filter)
-                if filter.matches(
-                    m.event_type.as_deref(),
-                    &Body::new(&m.body, filter.reads_body()),
-                ) =>
-            {
-                State::Pending
-            }
-            _ => State::Stored,
-        };
+        let routes = &ctx.job.routes;
+        let destinations = routes.matching(
+            m.event_type.as_deref(),
+            &Body::new(&m.body, routes.reads_body()),
+        );
+        let dispatched = !destinations.is_empty();
         let event = NewEvent {
             source: ctx.job.source.clone(),
             delivery_id: m.delivery_id.clone(),
@@ -197,13 +192,13 @@ async fn insert(ctx: &mut RunCtx<'_>, missing: Vec<Missing>) -> anyhow::Result<(
             content_type: Some("application/json".to_owned()),
             headers: "{}".to_owned(),
             body: m.body,
-            state,
+            destinations,
         };
         match ctx.runner.db.insert(event).await? {
             Inserted::New(id) => {
                 tracing::info!(event.id = id, delivery.id = %m.delivery_id, "inserted a missed Stripe event");
                 ctx.report.inserted.push(m.delivery_id);
-                pending |= state == State::Pending;
+                pending |= dispatched;
             }
             // Pushed by Stripe while this pass ran.
             Inserted::Duplicate(_) => ctx.report.skipped.held += 1,

@@ -1,13 +1,16 @@
-//! `[sources.deliver]`: where a source's events go, and how hard hookbox
+//! `[[sources.deliver]]`: where a source's events go, and how hard hookbox
 //! tries.
 //!
-//! A destination is either `url` (an HTTP POST signed the Standard Webhooks
-//! way with `signing_secret`) or `command` (an argv run without a shell),
-//! never both, with an optional filter ([`crate::route`]): an event it
-//! does not match is kept as `stored`, not dispatched. [`validate`] turns
-//! the raw table into a [`DeliverConfig`],
-//! resolving the signing secret to its HMAC key, and reports every problem
-//! under the key that has it. `crate::dispatch` is what uses the result.
+//! A source has zero or more destinations: an array of tables, or the
+//! single table `[sources.deliver]` of earlier configs, which is one
+//! destination named `default` ([`RawDestinations`]). Each is either `url`
+//! (an HTTP POST signed the Standard Webhooks way with `signing_secret`)
+//! or `command` (an argv run without a shell), never both, with an
+//! optional filter ([`crate::route`]): an event no destination matches is
+//! kept as `stored`, not dispatched. [`validate_all`] turns the raw tables
+//! into [`DeliverConfig`]s, resolving signing secrets to their HMAC keys,
+//! and reports every problem under the key that has it. `crate::dispatch`
+//! is what uses the result.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,10 +21,96 @@ use serde::{Deserialize, Serialize};
 use super::{duration, limits, secret};
 use crate::route::Filter;
 
-/// The `deliver` table as written.
+/// The name of the one destination of a single `[sources.deliver]` table,
+/// and of every delivery a database from before routes holds.
+pub const DEFAULT_NAME: &str = "default";
+
+/// A source's destinations as written: `[sources.deliver]` (one table) or
+/// `[[sources.deliver]]` (an array of them). Kept apart so `hookbox check`
+/// prints the config back in the form it was written.
+#[derive(Clone, Debug, Default)]
+pub enum RawDestinations {
+    #[default]
+    None,
+    One(Box<RawDeliver>),
+    Many(Vec<RawDeliver>),
+}
+
+impl RawDestinations {
+    pub fn is_none(&self) -> bool {
+        matches!(self, RawDestinations::None)
+    }
+
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, RawDeliver> {
+        match self {
+            RawDestinations::None => [].iter_mut(),
+            RawDestinations::One(one) => std::slice::from_mut(one.as_mut()).iter_mut(),
+            RawDestinations::Many(many) => many.iter_mut(),
+        }
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, RawDeliver> {
+        match self {
+            RawDestinations::None => [].iter(),
+            RawDestinations::One(one) => std::slice::from_ref(one.as_ref()).iter(),
+            RawDestinations::Many(many) => many.iter(),
+        }
+    }
+}
+
+/// A table or an array of tables, read through serde's visitor so that an
+/// error inside either keeps its place in the file.
+impl<'de> Deserialize<'de> for RawDestinations {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawDestinations;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a destination table or an array of them")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let one =
+                    RawDeliver::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(RawDestinations::One(Box::new(one)))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let many = Vec::<RawDeliver>::deserialize(
+                    serde::de::value::SeqAccessDeserializer::new(seq),
+                )?;
+                Ok(RawDestinations::Many(many))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl Serialize for RawDestinations {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RawDestinations::None => s.serialize_none(),
+            RawDestinations::One(one) => one.serialize(s),
+            RawDestinations::Many(many) => many.serialize(s),
+        }
+    }
+}
+
+/// One destination table as written.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawDeliver {
+    /// 1-64 of `a-z 0-9 - _`, unique in its source; required when the
+    /// source has several destinations, `default` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Program and arguments, run directly (no shell).
@@ -55,6 +144,7 @@ pub struct RawDeliver {
 impl Default for RawDeliver {
     fn default() -> Self {
         RawDeliver {
+            name: None,
             url: None,
             command: None,
             signing_secret: None,
@@ -74,6 +164,7 @@ impl Default for RawDeliver {
 impl fmt::Debug for RawDeliver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RawDeliver")
+            .field("name", &self.name)
             .field("url", &self.url)
             .field("command", &self.command)
             .field(
@@ -95,8 +186,10 @@ impl fmt::Debug for RawDeliver {
 /// A validated destination with its retry policy.
 #[derive(Debug, Clone)]
 pub struct DeliverConfig {
+    /// Unique in its source; [`DEFAULT_NAME`] for a single table.
+    pub name: String,
     pub destination: Destination,
-    /// Which events go; the others are kept as `stored`.
+    /// Which events go here; an event no destination takes is `stored`.
     pub filter: Filter,
     pub timeout: Duration,
     pub max_attempts: u32,
@@ -138,10 +231,74 @@ impl fmt::Debug for Destination {
     }
 }
 
-/// Checks a `deliver` table; `at` is its key (`sources[0] ("github").deliver`).
-/// Pushes every problem found and returns the config only when there is none.
-pub fn validate(raw: &RawDeliver, at: &str, problems: &mut Vec<String>) -> Option<DeliverConfig> {
+/// Checks a source's destinations; `at` is the source's key
+/// (`sources[0] ("github")`). Pushes every problem found and returns the
+/// destinations only when there is none.
+pub fn validate_all(
+    raw: &RawDestinations,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<Vec<DeliverConfig>> {
     let before = problems.len();
+    let found: Vec<Option<DeliverConfig>> = match raw {
+        RawDestinations::None => Vec::new(),
+        RawDestinations::One(one) => {
+            let at = format!("{at}.deliver");
+            let name = one.name.as_deref().unwrap_or(DEFAULT_NAME);
+            vec![validate(one, name, &at, problems)]
+        }
+        RawDestinations::Many(many) => {
+            let mut seen = std::collections::BTreeSet::new();
+            many.iter()
+                .enumerate()
+                .map(|(i, one)| {
+                    let at = match &one.name {
+                        Some(name) => format!("{at}.deliver[{i}] ({name:?})"),
+                        None => format!("{at}.deliver[{i}]"),
+                    };
+                    let name = match (&one.name, many.len()) {
+                        (Some(name), _) => name.as_str(),
+                        (None, 1) => DEFAULT_NAME,
+                        (None, _) => {
+                            problems.push(format!(
+                                "{at}.name: required when a source has several destinations"
+                            ));
+                            ""
+                        }
+                    };
+                    if !name.is_empty() && !seen.insert(name) {
+                        problems.push(format!("{at}.name: {name:?} is used twice in this source"));
+                    }
+                    validate(one, name, &at, problems)
+                })
+                .collect()
+        }
+    };
+    (problems.len() == before).then(|| found.into_iter().flatten().collect())
+}
+
+/// Whether `name` may name a destination: it appears in metrics labels,
+/// URLs and `HOOKBOX_DESTINATION`.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Checks one destination table named `name`; `at` is its key.
+fn validate(
+    raw: &RawDeliver,
+    name: &str,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<DeliverConfig> {
+    let before = problems.len();
+    if raw.name.is_some() && !valid_name(name) {
+        problems.push(format!(
+            "{at}.name: use 1-64 characters from a-z, 0-9, '-' and '_'"
+        ));
+    }
     let filter = Filter::parse(&raw.events, &raw.when, at, problems);
     let destination = match (&raw.url, &raw.command) {
         (Some(url), None) => url_destination(url, raw.signing_secret.as_deref(), at, problems),
@@ -181,6 +338,7 @@ pub fn validate(raw: &RawDeliver, at: &str, problems: &mut Vec<String>) -> Optio
         }
     }
     (problems.len() == before).then(|| DeliverConfig {
+        name: name.to_owned(),
         destination: destination.expect("no problems means the destination was built"),
         filter: filter.expect("no problems means the filter was built"),
         timeout: raw.timeout,

@@ -34,7 +34,7 @@ pub use catchup::{
     AppId, GithubRedeliveryConfig, HookTarget, RawGithubRedelivery, RawStripeBackfill,
     StripeBackfillConfig,
 };
-pub use deliver::{DeliverConfig, Destination, RawDeliver};
+pub use deliver::{DEFAULT_NAME, DeliverConfig, Destination, RawDeliver, RawDestinations};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use ops::{BackupConfig, RetentionConfig};
 pub use secret::Secret;
@@ -174,9 +174,9 @@ pub struct RawSource {
     /// Only for `kind = "hmac"`: how the generic scheme is laid out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hmac: Option<RawHmac>,
-    /// Where events go; without it they are kept as `stored`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deliver: Option<RawDeliver>,
+    /// Where events go; without any they are kept as `stored`.
+    #[serde(default, skip_serializing_if = "RawDestinations::is_none")]
+    pub deliver: RawDestinations,
     /// Only for `kind = "github"`: ask GitHub to redeliver failed deliveries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github_redelivery: Option<RawGithubRedelivery>,
@@ -294,8 +294,9 @@ pub struct SourceConfig {
     pub order_key: Vec<String>,
     pub max_body_bytes: u64,
     pub hmac: Option<HmacConfig>,
-    /// `None`: events are stored for the API, not dispatched.
-    pub deliver: Option<DeliverConfig>,
+    /// Where events go, each with its filter; empty: events are stored
+    /// for the API, not dispatched.
+    pub destinations: Vec<DeliverConfig>,
     pub github_redelivery: Option<GithubRedeliveryConfig>,
     pub stripe_backfill: Option<StripeBackfillConfig>,
     /// `None`: every address may post.
@@ -378,10 +379,10 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
             for secret in &mut source.secrets {
                 *secret = PLACEHOLDER_SECRET.to_owned();
             }
-            if let Some(deliver) = &mut source.deliver
-                && deliver.signing_secret.is_some()
-            {
-                deliver.signing_secret = Some(PLACEHOLDER_SECRET.to_owned());
+            for deliver in source.deliver.iter_mut() {
+                if deliver.signing_secret.is_some() {
+                    deliver.signing_secret = Some(PLACEHOLDER_SECRET.to_owned());
+                }
             }
             source.github_redelivery = None;
             source.stripe_backfill = None;
@@ -500,7 +501,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 order_key: Vec::new(),
                 max_body_bytes: None,
                 hmac: None,
-                deliver: None,
+                deliver: RawDestinations::None,
                 github_redelivery: None,
                 stripe_backfill: None,
                 allow_ips: Vec::new(),
@@ -622,10 +623,7 @@ fn validate_source(
         }
         (None, _) => None,
     };
-    let deliver = src
-        .deliver
-        .as_ref()
-        .and_then(|d| deliver::validate(d, &format!("{at}.deliver"), problems));
+    let destinations = deliver::validate_all(&src.deliver, at, problems);
     let github_redelivery = match (&src.github_redelivery, src.kind) {
         (Some(g), Kind::Github) => {
             catchup::validate_github(g, &format!("{at}.github_redelivery"), problems)
@@ -655,7 +653,7 @@ fn validate_source(
         order_key: src.order_key.clone(),
         max_body_bytes: src.max_body_bytes.unwrap_or(server.max_body_bytes),
         hmac,
-        deliver,
+        destinations: destinations.expect("no problems means the destinations were built"),
         github_redelivery,
         stripe_backfill,
         allow_ips,
@@ -807,7 +805,7 @@ impl Config {
                 s.secrets
                     .iter()
                     .map(String::as_str)
-                    .chain(s.deliver.as_ref().and_then(|d| d.signing_secret.as_deref()))
+                    .chain(s.deliver.iter().filter_map(|d| d.signing_secret.as_deref()))
                     .chain(redelivery.and_then(|g| g.token.as_deref()))
                     .chain(redelivery.and_then(|g| g.private_key.as_deref()))
                     .chain(s.stripe_backfill.as_ref().map(|b| b.api_key.as_str()))
@@ -832,7 +830,7 @@ impl Config {
             for s in &mut src.secrets {
                 *s = secret::describe(s);
             }
-            if let Some(d) = &mut src.deliver {
+            for d in src.deliver.iter_mut() {
                 deliver::redact(d);
             }
             if let Some(g) = &mut src.github_redelivery {

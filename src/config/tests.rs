@@ -238,7 +238,7 @@ fn a_url_destination_gets_its_key_and_every_default() {
         "#
     ))
     .unwrap();
-    let d = config.source("github").unwrap().deliver.as_ref().unwrap();
+    let d = &config.source("github").unwrap().destinations[0];
     let Destination::Url { url, signing_key } = &d.destination else {
         panic!("expected a url destination: {d:?}");
     };
@@ -258,7 +258,7 @@ fn a_url_destination_gets_its_key_and_every_default() {
 fn the_design_inline_command_table_loads() {
     let config =
         with_deliver(r#"command = ["/usr/local/bin/on-stripe-event"], timeout = "60s""#).unwrap();
-    let d = config.sources[0].deliver.as_ref().unwrap();
+    let d = &config.sources[0].destinations[0];
     assert_eq!(
         d.destination,
         Destination::Command {
@@ -277,7 +277,7 @@ fn the_design_inline_command_table_loads() {
 fn a_source_without_deliver_has_no_destination() {
     let config =
         load_str("[[sources]]\nname = \"a\"\nkind = \"github\"\nsecrets = [\"s\"]\n").unwrap();
-    assert!(config.sources[0].deliver.is_none());
+    assert!(config.sources[0].destinations.is_empty());
 }
 
 #[test]
@@ -286,7 +286,7 @@ fn a_destination_filter_loads_and_a_bad_one_is_explained_under_its_key() {
         r#"command = ["/bin/true"], events = ["push"], when = { "/ref" = "refs/heads/main" }"#,
     )
     .unwrap();
-    let filter = &config.sources[0].deliver.as_ref().unwrap().filter;
+    let filter = &config.sources[0].destinations[0].filter;
     let main = crate::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
     assert!(filter.matches(Some("push"), &main));
     assert!(!filter.matches(Some("issues"), &main));
@@ -398,7 +398,7 @@ fn redacted_output_hides_the_signing_secret_and_a_url_password() {
         "{text}"
     );
     let reparsed: RawConfig = toml::from_str(&text).unwrap();
-    assert!(reparsed.sources[0].deliver.is_some());
+    assert!(!reparsed.sources[0].deliver.is_none());
     let debug = format!("{:?}", config.raw);
     assert!(!debug.contains(WHSEC), "{debug}");
 }

@@ -132,6 +132,7 @@ mod tests {
         Job {
             event_id: 7,
             source: "github".into(),
+            destination: "default".into(),
             delivery_id: "d-1".into(),
             event_type: event_type.map(str::to_owned),
             content_type: None,

@@ -3,7 +3,7 @@
 //! The argv is executed directly, never through a shell, its placeholders
 //! filled in per event ([`super::argv`]). The body goes to
 //! stdin, then stdin is closed; the event is described in `HOOKBOX_SOURCE`,
-//! `HOOKBOX_EVENT_TYPE` (empty when the event has no type),
+//! `HOOKBOX_DESTINATION`, `HOOKBOX_EVENT_TYPE` (empty when the event has no type),
 //! `HOOKBOX_DELIVERY_ID`, `HOOKBOX_EVENT_ID` and `HOOKBOX_ATTEMPT`, added
 //! to hookbox's own environment less what is hookbox's alone: the
 //! variables holding its secrets and [`WITHHELD_ENV`]. Exit status 0
@@ -100,6 +100,7 @@ impl CommandDestination {
         let spawned = command
             .args(args)
             .env("HOOKBOX_SOURCE", &job.source)
+            .env("HOOKBOX_DESTINATION", &job.destination)
             .env(
                 "HOOKBOX_EVENT_TYPE",
                 job.event_type.as_deref().unwrap_or(""),

@@ -35,6 +35,8 @@ pub struct Job {
     /// `events.id`.
     pub event_id: i64,
     pub source: String,
+    /// The destination's name (`HOOKBOX_DESTINATION` for a command).
+    pub destination: String,
     pub delivery_id: String,
     pub event_type: Option<String>,
     pub content_type: Option<String>,

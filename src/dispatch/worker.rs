@@ -1,5 +1,10 @@
-//! The dispatcher: claims due events through the writer and runs their
-//! attempts, within each source's concurrency limit.
+//! The dispatcher: claims due deliveries through the writer and runs their
+//! attempts, within each destination's concurrency limit.
+//!
+//! Each destination of each source is a lane of its own: its queue, its
+//! slots, its claims. A lane whose destination is down fills with retries
+//! scheduled later and claims nothing meanwhile; the other lanes of the
+//! same source keep claiming and running as before.
 //!
 //! It sleeps until something can happen: a new event (the receiver wakes
 //! it), an attempt finishing (a slot frees up), the next retry coming due
@@ -70,9 +75,10 @@ const PREFETCH: usize = 16;
 
 type ClaimFuture = dyn Future<Output = Result<Claims, StoreError>> + Send;
 
-/// One source's destination, its claimed-but-not-started events, and how
-/// busy it is.
+/// One destination of one source, its claimed-but-not-started deliveries,
+/// and how busy it is.
 struct Lane {
+    source: String,
     config: DeliverConfig,
     deliverer: Arc<Deliverer>,
     queued: VecDeque<Claimed>,
@@ -90,25 +96,27 @@ impl Lane {
 pub struct Dispatcher {
     store: Store,
     writer: WriterHandle,
-    lanes: HashMap<String, Lane>,
+    lanes: Vec<Lane>,
     wake: Arc<Notify>,
     lease: Duration,
 }
 
-/// `lane`'s part of a claim, taking up to `limit` events.
-fn claim_from(name: &str, lane: &Lane, limit: usize) -> ClaimFrom {
+/// Lane `i`'s part of a claim, taking up to `limit` deliveries.
+fn claim_from(i: usize, lane: &Lane, limit: usize) -> ClaimFrom {
     ClaimFrom {
-        source: name.to_owned(),
+        lane: i,
+        source: lane.source.clone(),
+        destination: lane.config.name.clone(),
         limit,
         max_delay_ms: i64::try_from(lane.config.backoff_cap.as_millis()).unwrap_or(i64::MAX),
     }
 }
 
 /// The running attempts: which lane each belongs to, and its claim.
-type Running = HashMap<tokio::task::Id, (String, Lease)>;
+type Running = HashMap<tokio::task::Id, (usize, Lease)>;
 
 impl Dispatcher {
-    /// A dispatcher for every source with a destination, reading bodies
+    /// A dispatcher for every destination of every source, reading bodies
     /// through `store`'s read-only pool; `None` when no source has one.
     pub fn new(
         config: &Config,
@@ -119,25 +127,23 @@ impl Dispatcher {
     ) -> anyhow::Result<Option<Self>> {
         let client = super::url::client().context("building the HTTP client for deliveries")?;
         let withheld: Arc<[String]> = config.secret_env().into();
-        let lanes: HashMap<String, Lane> = config
+        let lanes: Vec<Lane> = config
             .sources
             .iter()
-            .filter_map(|s| Some((s.name.clone(), s.deliver.clone()?)))
-            .map(|(name, cfg)| {
-                let lane = Lane {
-                    deliverer: Arc::new(Deliverer::new(&cfg, &client, &withheld)),
-                    config: cfg,
-                    queued: VecDeque::new(),
-                    in_flight: 0,
-                    metrics: metrics.lane(&name),
-                };
-                (name, lane)
+            .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
+            .map(|(source, cfg)| Lane {
+                source: source.name.clone(),
+                deliverer: Arc::new(Deliverer::new(cfg, &client, &withheld)),
+                metrics: metrics.lane(&source.name, &cfg.name),
+                config: cfg.clone(),
+                queued: VecDeque::new(),
+                in_flight: 0,
             })
             .collect();
         // A lease covers one attempt; renewals cover the wait in the queue
         // before it. Leases only matter within one run: the next start
         // clears them.
-        let longest = lanes.values().map(|l| l.config.timeout).max();
+        let longest = lanes.iter().map(|l| l.config.timeout).max();
         Ok(longest.map(|wait| Dispatcher {
             store,
             writer,
@@ -164,7 +170,7 @@ impl Dispatcher {
             self.start_queued(&mut tasks, &mut running);
             let now = clock::now_ms();
             let mut wanted = self.wanted();
-            let holds = !running.is_empty() || self.lanes.values().any(|l| !l.queued.is_empty());
+            let holds = !running.is_empty() || self.lanes.iter().any(|l| !l.queued.is_empty());
             let renew = holds && last_claim.elapsed() >= RENEW_EVERY;
             let can_claim = claim.is_none() && !wanted.is_empty();
             let due = can_claim && next_due.is_some_and(|due| due <= now);
@@ -181,9 +187,9 @@ impl Dispatcher {
                 }
                 if clock_went_back || renew {
                     // Every lane: its leases, and when its next event is due.
-                    for (name, lane) in &self.lanes {
-                        if !wanted.iter().any(|w| &w.source == name) {
-                            wanted.push(claim_from(name, lane, 0));
+                    for (i, lane) in self.lanes.iter().enumerate() {
+                        if !wanted.iter().any(|w| w.lane == i) {
+                            wanted.push(claim_from(i, lane, 0));
                         }
                     }
                 }
@@ -220,8 +226,8 @@ impl Dispatcher {
                         Ok((id, ())) => *id,
                         Err(e) => e.id(),
                     };
-                    if let Some((source, _)) = running.remove(&id)
-                        && let Some(lane) = self.lanes.get_mut(&source)
+                    if let Some((i, _)) = running.remove(&id)
+                        && let Some(lane) = self.lanes.get_mut(i)
                     {
                         lane.in_flight -= 1;
                     }
@@ -238,7 +244,7 @@ impl Dispatcher {
 
     /// The claims of every event the dispatcher holds, queued or running.
     fn held(&self, running: &Running) -> Vec<Lease> {
-        let queued = self.lanes.values().flat_map(|l| l.queued.iter());
+        let queued = self.lanes.iter().flat_map(|l| l.queued.iter());
         queued
             .map(Claimed::lease)
             .chain(running.values().map(|(_, lease)| *lease))
@@ -251,8 +257,9 @@ impl Dispatcher {
     fn wanted(&self) -> Vec<ClaimFrom> {
         self.lanes
             .iter()
+            .enumerate()
             .filter(|(_, l)| l.queued.len() <= l.config.concurrency * PREFETCH / 2 && l.room() > 0)
-            .map(|(name, l)| claim_from(name, l, l.room()))
+            .map(|(i, l)| claim_from(i, l, l.room()))
             .collect()
     }
 
@@ -261,14 +268,14 @@ impl Dispatcher {
         match claimed {
             Ok(claims) => {
                 for job in claims.jobs {
-                    if let Some(lane) = self.lanes.get_mut(&job.source) {
+                    if let Some(lane) = self.lanes.get_mut(job.lane) {
                         lane.queued.push_back(job);
                     }
                 }
                 claims.next_due
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot claim due events; trying again in 1 s");
+                tracing::warn!(error = %e, "cannot claim due deliveries; trying again in 1 s");
                 Some(now + 1000)
             }
         }
@@ -276,19 +283,18 @@ impl Dispatcher {
 
     /// Starts queued events while their lanes have free slots.
     fn start_queued(&mut self, tasks: &mut JoinSet<()>, running: &mut Running) {
-        let names: Vec<String> = self.lanes.keys().cloned().collect();
-        for name in names {
-            while let Some(claimed) = self.startable(&name) {
+        for i in 0..self.lanes.len() {
+            while let Some(claimed) = self.startable(i) {
                 let lease = claimed.lease();
                 let handle = tasks.spawn(self.attempt(claimed));
-                running.insert(handle.id(), (name.clone(), lease));
+                running.insert(handle.id(), (i, lease));
             }
         }
     }
 
-    /// The next queued event of `lane` if it has a free slot.
-    fn startable(&mut self, lane: &str) -> Option<Claimed> {
-        let lane = self.lanes.get_mut(lane)?;
+    /// The next queued delivery of lane `i` if it has a free slot.
+    fn startable(&mut self, i: usize) -> Option<Claimed> {
+        let lane = self.lanes.get_mut(i)?;
         if lane.in_flight >= lane.config.concurrency {
             return None;
         }
@@ -297,11 +303,10 @@ impl Dispatcher {
 
     /// Builds the task for one claimed event, counting it in its lane.
     fn attempt(&mut self, claimed: Claimed) -> impl Future<Output = ()> + Send + 'static {
-        let lane = self
-            .lanes
-            .get_mut(&claimed.source)
-            .expect("claims are only asked for configured lanes");
+        let lane = &mut self.lanes[claimed.lane];
         lane.in_flight += 1;
+        let source = lane.source.clone();
+        let destination = lane.config.name.clone();
         let deliverer = lane.deliverer.clone();
         let config = lane.config.clone();
         let metrics = lane.metrics.clone();
@@ -310,7 +315,9 @@ impl Dispatcher {
         async move {
             let lease = claimed.lease();
             let started_at = clock::now_ms();
-            let Some((job, attempt)) = run(claimed, &store, &writer, &deliverer).await else {
+            let Some((job, attempt)) =
+                run(claimed, source, destination, &store, &writer, &deliverer).await
+            else {
                 return;
             };
             let now = clock::now_ms();
@@ -338,8 +345,9 @@ impl Dispatcher {
             };
             metrics.attempt(outcome, attempt.duration);
             let record = AttemptRecord {
+                lease,
                 event_id: job.event_id,
-                token: lease.token,
+                destination: job.destination.clone(),
                 attempt: job.attempt,
                 started_at,
                 duration_ms: attempt.duration.as_millis() as i64,
@@ -348,8 +356,8 @@ impl Dispatcher {
                 error: attempt.error,
             };
             if let Err(e) = writer.record(record, now).await {
-                tracing::warn!(event.id = job.event_id, error = %e,
-                    "cannot record the attempt; the event will be delivered again when its lease runs out");
+                tracing::warn!(event.id = job.event_id, destination = %job.destination, error = %e,
+                    "cannot record the attempt; it will be made again when its lease runs out");
             }
         }
     }
@@ -359,7 +367,7 @@ impl Dispatcher {
     async fn drain(mut self, mut tasks: JoinSet<()>, mut running: Running) {
         let queued: Vec<Lease> = self
             .lanes
-            .values_mut()
+            .iter_mut()
             .flat_map(|l| l.queued.drain(..).map(|c| c.lease()))
             .collect();
         if !tasks.is_empty() {
@@ -398,15 +406,17 @@ impl Dispatcher {
 /// none to make (nothing to record).
 async fn run(
     claimed: Claimed,
+    source: String,
+    destination: String,
     store: &Store,
     writer: &WriterHandle,
     deliverer: &Deliverer,
 ) -> Option<(Job, Attempt)> {
-    let id = claimed.id;
+    let id = claimed.event_id;
     let body = store.read(move |conn| dispatch::body(conn, id)).await;
     match body {
         Ok(Some(body)) => {
-            let mut job = job(claimed, body);
+            let mut job = job(claimed, source, destination, body);
             let attempt = deliverer.deliver(&job).await;
             // Not kept while the outcome waits for room in the writer's queue.
             job.body = bytes::Bytes::new();
@@ -435,11 +445,12 @@ async fn run(
     }
 }
 
-fn job(c: Claimed, body: Vec<u8>) -> Job {
+fn job(c: Claimed, source: String, destination: String, body: Vec<u8>) -> Job {
     let headers = serde_json::from_str(&c.headers).unwrap_or_default();
     Job {
-        event_id: c.id,
-        source: c.source,
+        event_id: c.event_id,
+        source,
+        destination,
         delivery_id: c.delivery_id,
         event_type: c.event_type,
         content_type: c.content_type,
@@ -454,15 +465,15 @@ fn log_attempt(job: &Job, attempt: &super::Attempt, settled: Settled) {
     let status = attempt.status.map(i64::from).unwrap_or(-1);
     match settled {
         Settled::Delivered => tracing::info!(
-            source = %job.source, event.id = job.event_id, attempt = job.attempt, status, duration_ms, "delivered"
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms, "delivered"
         ),
         Settled::Retry(at) => tracing::info!(
-            source = %job.source, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
             retry_in_ms = at - clock::now_ms(), error = attempt.error.as_deref().unwrap_or(""),
             "attempt failed; will retry"
         ),
         Settled::Dead => tracing::warn!(
-            source = %job.source, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
             error = attempt.error.as_deref().unwrap_or(""), "attempt failed; event is dead"
         ),
     }

@@ -44,8 +44,8 @@ use crate::edge::Edge;
 use crate::edge::bodies::Charge;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, SourceMetrics};
-use crate::route::Filter;
-use crate::store::models::{Inserted, NewEvent, Origin, State as EventState};
+use crate::route::Routes;
+use crate::store::models::{Inserted, NewEvent, Origin};
 use crate::store::{StoreError, WriterHandle};
 use payload::{Identified, IdentifyError, Inbound};
 use verify::VerifyError;
@@ -61,10 +61,9 @@ pub struct Source {
     order_key: Vec<String>,
     max_body_bytes: u64,
     keep_headers: Vec<String>,
-    /// The destination's filter: an event it matches goes on (`pending`);
-    /// one it does not, or any event without a destination, is only kept
-    /// (`stored`).
-    route: Option<Filter>,
+    /// The destinations and their filters: an event goes to each that
+    /// takes it; one that none takes is only kept (`stored`).
+    routes: Routes,
     /// `None`: every address may post.
     allow_ips: Option<AllowIps>,
     metrics: SourceMetrics,
@@ -127,7 +126,7 @@ impl Source {
             order_key: cfg.order_key.clone(),
             max_body_bytes: cfg.max_body_bytes,
             keep_headers,
-            route: cfg.deliver.as_ref().map(|d| d.filter.clone()),
+            routes: Routes::new(&cfg.destinations),
             allow_ips: cfg.allow_ips.clone(),
             metrics,
         }
@@ -169,12 +168,9 @@ impl Source {
         };
         let order_key = self.order_key.iter().find_map(|p| req.json_str(p));
         let event_type = identity.event_type;
-        let state = match &self.route {
-            Some(filter) if filter.matches(event_type.as_deref(), &body_of(filter, &req)) => {
-                EventState::Pending
-            }
-            _ => EventState::Stored,
-        };
+        let destinations = self
+            .routes
+            .matching(event_type.as_deref(), &body_of(&self.routes, &req));
         let event = NewEvent {
             source: self.name.clone(),
             delivery_id: identity.delivery_id,
@@ -187,15 +183,15 @@ impl Source {
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
             headers: kept_headers(headers, &self.keep_headers),
             body,
-            state,
+            destinations,
         };
         Ok(Examined::Event(event))
     }
 }
 
-/// The body as `filter` reads it: the receiver's own parse, when needed.
-fn body_of<'a>(filter: &Filter, req: &'a Inbound<'_>) -> crate::route::Body<'a> {
-    crate::route::Body::parsed(filter.reads_body().then(|| req.json()).flatten())
+/// The body as `routes` read it: the receiver's own parse, when needed.
+fn body_of<'a>(routes: &Routes, req: &'a Inbound<'_>) -> crate::route::Body<'a> {
+    crate::route::Body::parsed(routes.reads_body().then(|| req.json()).flatten())
 }
 
 enum Examined {
@@ -373,7 +369,7 @@ async fn handle(
         Examined::Challenge(challenge) => return Ok(Answer::Challenge(challenge)),
         Examined::Event(event) => event,
     };
-    let dispatched = matches!(event.state, EventState::Pending);
+    let dispatched = !event.destinations.is_empty();
     match rx.writer.insert(event).await {
         Ok(Inserted::New(id)) => {
             tracing::debug!(source = %source.name, event.id = id, "accepted");

@@ -10,20 +10,21 @@ use rusqlite::Transaction;
 use tokio::sync::oneshot;
 
 use super::catchup::{self as catchup_sql, Done as CatchupDone, Op as CatchupOp};
-use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease, ReplayFilter};
+use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease};
 use super::ingest;
 use super::ip_sets::{self, CachedSet};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
+use super::replay::{self, ReplayFilter};
 use super::retention::{self, PruneBatch, Pruned};
 use super::writer::StoreError;
 
-/// Due events handed to the dispatcher, and when to look again.
+/// Due deliveries handed to the dispatcher, and when to look again.
 #[derive(Debug, Default)]
 pub struct Claims {
     pub jobs: Vec<Claimed>,
-    /// The earliest time (unix ms) an unleased pending event of the asked
-    /// sources becomes claimable, if any.
+    /// The earliest time (unix ms) an unleased pending delivery of the
+    /// asked lanes becomes claimable, if any.
     pub next_due: Option<i64>,
 }
 
@@ -42,10 +43,10 @@ pub enum WriteCmd {
         op: CatchupOp,
         reply: oneshot::Sender<Result<CatchupDone, StoreError>>,
     },
-    /// Renews the leases in `renew`, then leases up to `limit` due events
-    /// of each source.
+    /// Renews the leases in `renew`, then leases up to `limit` due
+    /// deliveries of each lane.
     Claim {
-        sources: Vec<ClaimFrom>,
+        lanes: Vec<ClaimFrom>,
         now: i64,
         lease_until: i64,
         /// The wall clock went backwards since the last claim.
@@ -58,7 +59,7 @@ pub enum WriteCmd {
         reply: oneshot::Sender<Result<Claims, StoreError>>,
     },
     /// An attempt's outcome. Nobody waits for it: until it commits the
-    /// event stays leased, so it cannot be claimed twice.
+    /// delivery stays leased, so it cannot be claimed twice.
     Record { record: AttemptRecord, now: i64 },
     /// Gives back leases at shutdown.
     Release {
@@ -106,7 +107,7 @@ impl WriteCmd {
                 Applied::Done
             }
             WriteCmd::Claim {
-                sources,
+                lanes,
                 now,
                 lease_until,
                 clock_went_back,
@@ -115,22 +116,18 @@ impl WriteCmd {
             } => {
                 dispatch::renew(tx, renew, *now, *lease_until)?;
                 let mut claims = Claims::default();
-                for from in sources {
-                    let source = from.source.as_str();
-                    dispatch::clamp_retries(tx, source, *now, from.max_delay_ms)?;
+                for from in lanes {
+                    let (source, destination) = (from.source.as_str(), from.destination.as_str());
+                    dispatch::clamp_retries(tx, source, destination, *now, from.max_delay_ms)?;
                     if *clock_went_back {
-                        dispatch::clamp_leases(tx, source, *lease_until)?;
+                        dispatch::clamp_leases(tx, source, destination, *lease_until)?;
                     }
                     if from.limit > 0 {
-                        claims.jobs.extend(dispatch::claim(
-                            tx,
-                            source,
-                            from.limit,
-                            *now,
-                            *lease_until,
-                        )?);
+                        claims
+                            .jobs
+                            .extend(dispatch::claim(tx, from, *now, *lease_until)?);
                     }
-                    let due = dispatch::next_due(tx, source, *now)?;
+                    let due = dispatch::next_due(tx, source, destination, *now)?;
                     claims.next_due = match (claims.next_due, due) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
@@ -147,7 +144,7 @@ impl WriteCmd {
                 Applied::Done
             }
             WriteCmd::Replay { filter, now, .. } => {
-                Applied::Replayed(dispatch::replay(tx, filter, *now)?)
+                Applied::Replayed(replay::replay(tx, filter, *now)?)
             }
             WriteCmd::Prune { batch, .. } => Applied::Pruned(retention::apply(tx, batch)?),
             WriteCmd::SaveIpSet { name, set, .. } => {
@@ -209,6 +206,7 @@ impl WriteCmd {
                 // delivered again.
                 tracing::warn!(
                     event.id = record.event_id,
+                    destination = %record.destination,
                     "an attempt's outcome was not recorded"
                 );
             }

@@ -5,23 +5,18 @@ use rusqlite::{Transaction, params};
 
 use super::models::{Inserted, NewEvent};
 
-/// Inserts unless `(source, delivery_id)` is already there; either way
-/// returns the row id. A duplicate inside the same group finds the row the
-/// earlier command of the group inserted.
+/// Inserts unless `(source, delivery_id)` is already there, with one
+/// delivery per destination that took it, in the same transaction; either
+/// way returns the row id. A duplicate inside the same group finds the row
+/// the earlier command of the group inserted.
 pub fn insert(tx: &Transaction, e: &NewEvent) -> anyhow::Result<Inserted> {
     // `INSERT OR IGNORE` and `changes()` rather than `RETURNING`, which
-    // makes SQLite materialise a result set for every row. A pending event
-    // behind another of its key is held, not scheduled (see
-    // `super::dispatch`): it becomes due when it is its key's oldest.
+    // makes SQLite materialise a result set for every row.
     let changed = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO events (source, delivery_id, event_type, order_key, received_at,
-                                           origin, content_type, headers, body, state, next_attempt_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
-                     CASE WHEN ?10 = 'pending' AND (?4 IS NULL OR NOT EXISTS (
-                              SELECT 1 FROM events AS o
-                              WHERE o.state = 'pending' AND o.source = ?1 AND o.order_key = ?4))
-                          THEN ?5 END)",
+                                           origin, content_type, headers, body, state)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?
         .execute(params![
             e.source,
@@ -33,17 +28,47 @@ pub fn insert(tx: &Transaction, e: &NewEvent) -> anyhow::Result<Inserted> {
             e.content_type,
             e.headers,
             &e.body[..],
-            e.state.as_str(),
+            e.state().as_str(),
         ])
         .context("inserting an event")?;
     if changed == 1 {
-        return Ok(Inserted::New(tx.last_insert_rowid()));
+        let id = tx.last_insert_rowid();
+        add_deliveries(tx, id, e)?;
+        return Ok(Inserted::New(id));
     }
     let id = tx
         .prepare_cached("SELECT id FROM events WHERE source = ?1 AND delivery_id = ?2")?
         .query_row(params![e.source, e.delivery_id], |r| r.get(0))
         .context("finding the stored duplicate")?;
     Ok(Inserted::Duplicate(id))
+}
+
+/// One pending delivery of event `id` per destination that took it. One
+/// behind a pending delivery of its key in the same lane is held, not
+/// scheduled (see `super::dispatch`): it becomes due when it is its key's
+/// oldest there.
+fn add_deliveries(tx: &Transaction, id: i64, e: &NewEvent) -> anyhow::Result<()> {
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO deliveries (event_id, source, destination, order_key, state, next_attempt_at)
+         VALUES (?1, ?2, ?3, ?4, 'pending',
+                 CASE WHEN ?4 IS NULL OR NOT EXISTS (
+                          SELECT 1 FROM deliveries AS o
+                          WHERE o.state = 'pending' AND o.source = ?2 AND o.destination = ?3
+                            AND o.order_key = ?4)
+                      THEN ?5 END)",
+    )?;
+    for destination in &e.destinations {
+        insert
+            .execute(params![
+                id,
+                e.source,
+                &**destination,
+                e.order_key,
+                e.received_at
+            ])
+            .context("adding a delivery")?;
+    }
+    Ok(())
 }
 
 /// Writes the heartbeat row: the smallest write that proves a commit works.

@@ -18,6 +18,7 @@ pub mod lock;
 pub mod models;
 pub mod queries;
 mod recent;
+mod replay;
 pub mod retention;
 pub mod schema;
 mod syncer;
@@ -36,6 +37,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::config::Durability;
 use crate::metrics::WriterMetrics;
 pub use lock::DatabaseLock;
+pub use replay::{ReplayFilter, replay};
 pub use writer::{StoreError, WriterHandle};
 
 /// How long a reader waits for a lock before giving up.

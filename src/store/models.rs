@@ -10,7 +10,7 @@ pub enum State {
     Delivered,
     /// Parked after a permanent failure or too many attempts.
     Dead,
-    /// Kept for reading through the API: the source has no destination.
+    /// Kept for reading through the API: no destination took it.
     Stored,
 }
 
@@ -57,7 +57,19 @@ pub struct NewEvent {
     /// JSON object of the provider headers worth keeping.
     pub headers: String,
     pub body: Bytes,
-    pub state: State,
+    /// The destinations that take it, one delivery each; none: `stored`.
+    pub destinations: Vec<std::sync::Arc<str>>,
+}
+
+impl NewEvent {
+    /// The state the event is stored in.
+    pub fn state(&self) -> State {
+        if self.destinations.is_empty() {
+            State::Stored
+        } else {
+            State::Pending
+        }
+    }
 }
 
 /// What storing an event did.

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_hold_behind_key.sql"),
     include_str!("migrations/0007_catchup_log_retention.sql"),
     include_str!("migrations/0008_leases.sql"),
+    include_str!("migrations/0009_deliveries.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -164,7 +165,7 @@ mod tests {
 
     #[test]
     fn version_8_keeps_every_row_and_clears_the_leases_of_the_run_that_wrote_them() {
-        let mut conn = at_version(7);
+        let conn = at_version(7);
         conn.execute_batch(
             "INSERT INTO events (source, delivery_id, event_type, order_key, received_at, origin,
                                  content_type, headers, body, state, attempts, next_attempt_at,
@@ -191,7 +192,7 @@ mod tests {
             "ip_sets",
         ];
         let mut before: Vec<_> = tables.iter().map(|t| rows_of(&conn, t)).collect();
-        apply(&mut conn).unwrap();
+        conn.execute_batch(MIGRATIONS[6]).unwrap();
         let after: Vec<_> = tables.iter().map(|t| rows_of(&conn, t)).collect();
         // The one change: the lease a dead run left (its attempt already
         // counted, as version 6 counted it at the claim) is gone.
@@ -204,6 +205,114 @@ mod tests {
             .query_row("SELECT count(*) FROM leases", [], |r| r.get(0))
             .unwrap();
         assert_eq!(leases, 0);
+    }
+
+    /// A `deliveries` row, less its id.
+    type DeliveryRow = (
+        i64,
+        String,
+        String,
+        Option<String>,
+        String,
+        i64,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+    );
+
+    #[test]
+    fn version_9_gives_every_dispatched_event_a_default_delivery_as_it_stood() {
+        let mut conn = at_version(8);
+        conn.execute_batch(
+            "INSERT INTO events (id, source, delivery_id, order_key, received_at, body, state,
+                                 attempts, next_attempt_at, last_error, delivered_at)
+             VALUES (1, 's', 'retrying', 'A', 1, x'01', 'pending', 2, 50, 'HTTP 503', NULL),
+                    (2, 's', 'held', 'A', 2, x'02', 'pending', 0, NULL, NULL, NULL),
+                    (3, 's', 'leased', NULL, 3, x'03', 'pending', 1, 3, NULL, NULL),
+                    (4, 's', 'delivered', NULL, 4, NULL, 'delivered', 1, NULL, NULL, 7),
+                    (5, 't', 'dead', NULL, 5, x'05', 'dead', 12, NULL, 'gone', NULL),
+                    (6, 'u', 'stored', NULL, 6, x'06', 'stored', 0, NULL, NULL, NULL);
+             INSERT INTO leases (event_id, source, order_key, attempt, lease_until)
+             VALUES (3, 's', NULL, 2, 99);
+             INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome, status_code, error)
+             VALUES (1, 1, 2, 3, 'retry', 503, 'HTTP 503');",
+        )
+        .unwrap();
+        let events_before = rows_of(&conn, "events");
+        apply(&mut conn).unwrap();
+        assert_eq!(
+            rows_of(&conn, "events"),
+            events_before,
+            "events are untouched"
+        );
+        let deliveries: Vec<DeliveryRow> = conn
+            .prepare(
+                "SELECT event_id, source, destination, order_key, state, attempts, next_attempt_at,
+                        last_error, delivered_at FROM deliveries ORDER BY event_id",
+            )
+            .unwrap()
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                ))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let d = |id,
+                 src: &str,
+                 key: Option<&str>,
+                 state: &str,
+                 attempts,
+                 next,
+                 error: Option<&str>,
+                 at| {
+            (
+                id,
+                src.to_owned(),
+                "default".to_owned(),
+                key.map(str::to_owned),
+                state.to_owned(),
+                attempts,
+                next,
+                error.map(str::to_owned),
+                at,
+            )
+        };
+        assert_eq!(
+            deliveries,
+            vec![
+                d(
+                    1,
+                    "s",
+                    Some("A"),
+                    "pending",
+                    2,
+                    Some(50),
+                    Some("HTTP 503"),
+                    None
+                ),
+                d(2, "s", Some("A"), "pending", 0, None, None, None),
+                // The attempt the dead run's lease made counts.
+                d(3, "s", None, "pending", 2, Some(3), None, None),
+                d(4, "s", None, "delivered", 1, None, None, Some(7)),
+                d(5, "t", None, "dead", 12, None, Some("gone"), None),
+            ]
+        );
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT count(*) FROM leases"), 0);
+        assert_eq!(
+            count("SELECT count(*) FROM attempts WHERE destination = 'default'"),
+            1
+        );
     }
 
     #[test]

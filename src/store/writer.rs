@@ -32,9 +32,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::Nudge;
 use super::command::{Applied, Claims, WriteCmd};
-use super::dispatch::{AttemptRecord, ClaimFrom, Lease, ReplayFilter};
+use super::dispatch::{AttemptRecord, ClaimFrom, Lease};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
+use super::replay::ReplayFilter;
 use super::retention::PruneBatch;
 use super::syncer::Syncer;
 use crate::metrics::WriterMetrics;
@@ -249,10 +250,10 @@ impl WriterHandle {
     }
 
     /// Renews the leases in `renew`, then leases up to the given number of
-    /// due events of each source.
+    /// due deliveries of each lane.
     pub async fn claim(
         &self,
-        sources: Vec<ClaimFrom>,
+        lanes: Vec<ClaimFrom>,
         now: i64,
         lease_until: i64,
         clock_went_back: bool,
@@ -260,7 +261,7 @@ impl WriterHandle {
     ) -> Result<Claims, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Claim {
-            sources,
+            lanes,
             now,
             lease_until,
             clock_went_back,
@@ -287,7 +288,8 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Puts matching dead or delivered events back to pending, durably.
+    /// Puts matching dead or delivered deliveries back to pending (and
+    /// creates those the filter asks for), durably.
     pub async fn replay(&self, filter: ReplayFilter, now: i64) -> Result<usize, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.send(WriteCmd::Replay { filter, now, reply })?;
@@ -533,7 +535,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::models::{Origin, State};
+    use crate::store::models::Origin;
 
     fn insert(delivery: &str) -> (WriteCmd, oneshot::Receiver<Result<Inserted, StoreError>>) {
         let (reply, rx) = oneshot::channel();
@@ -547,7 +549,7 @@ mod tests {
             content_type: None,
             headers: "{}".to_owned(),
             body: bytes::Bytes::from_static(b"{}"),
-            state: State::Pending,
+            destinations: vec!["default".into()],
         };
         (WriteCmd::Insert { event, reply }, rx)
     }

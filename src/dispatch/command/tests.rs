@@ -14,6 +14,7 @@ fn job(body: impl Into<Bytes>) -> Job {
     Job {
         event_id: 42,
         source: "stripe".into(),
+        destination: "default".into(),
         delivery_id: "evt_1NG8Du2eZvKYlo2CUI79vXWy".into(),
         event_type: Some("invoice.paid".into()),
         content_type: Some("application/json".into()),

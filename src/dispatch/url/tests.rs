@@ -109,6 +109,7 @@ fn job(body: &'static [u8]) -> Job {
     Job {
         event_id: 42,
         source: "github".into(),
+        destination: "default".into(),
         delivery_id: "72d3162e-cc78-11e3-81ab-4c9367dc0958".into(),
         event_type: Some("push".into()),
         content_type: Some("application/x-www-form-urlencoded".into()),
