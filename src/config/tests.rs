@@ -273,6 +273,102 @@ fn the_design_inline_command_table_loads() {
     assert_eq!(d.max_attempts, 12);
 }
 
+/// A github source with the `[[sources.deliver]]` tables in `tables`.
+fn with_destinations(tables: &[&str]) -> Result<Config, ConfigError> {
+    let mut text =
+        "[[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"s\"]\n".to_owned();
+    for t in tables {
+        text.push_str(&format!("[[sources.deliver]]\n{t}\n"));
+    }
+    load_str(&text)
+}
+
+#[test]
+fn an_array_of_destinations_loads_each_with_its_name_filter_and_settings() {
+    let config = with_destinations(&[
+        r#"name = "deploy"
+command = ["/usr/local/bin/deploy", "{/after}"]
+events = ["push"]
+when = { "/ref" = "refs/heads/main" }
+concurrency = 1"#,
+        &format!(
+            "name = \"notify\"\nurl = \"http://127.0.0.1:3000/n\"\nsigning_secret = \"{WHSEC}\""
+        ),
+    ])
+    .unwrap();
+    let d = &config.sources[0].destinations;
+    let names: Vec<&str> = d.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["deploy", "notify"]);
+    assert_eq!((d[0].concurrency, d[1].concurrency), (1, 4));
+    let push_to_main = crate::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
+    assert!(d[0].filter.matches(Some("push"), &push_to_main));
+    assert!(!d[0].filter.matches(Some("issues"), &push_to_main));
+    assert!(d[1].filter.matches(Some("issues"), &push_to_main));
+    // Printed back as an array, and read back the same.
+    let text = config.redacted_toml();
+    assert!(text.contains("[[sources.deliver]]"), "{text}");
+    let reparsed: RawConfig = toml::from_str(&text).unwrap();
+    assert_eq!(reparsed.sources[0].deliver.iter().count(), 2);
+}
+
+#[test]
+fn a_single_table_or_a_lone_unnamed_one_is_the_destination_default() {
+    let single = with_deliver(r#"command = ["/bin/true"]"#).unwrap();
+    assert_eq!(single.sources[0].destinations[0].name, DEFAULT_NAME);
+    let text = single.redacted_toml();
+    assert!(
+        text.contains("[sources.deliver]"),
+        "printed as written: {text}"
+    );
+    let lone = with_destinations(&[r#"command = ["/bin/true"]"#]).unwrap();
+    assert_eq!(lone.sources[0].destinations[0].name, DEFAULT_NAME);
+    let named = with_deliver(r#"name = "ci", command = ["/bin/true"]"#).unwrap();
+    assert_eq!(named.sources[0].destinations[0].name, "ci");
+}
+
+#[test]
+fn destination_names_are_required_with_several_valid_and_unique() {
+    let at = r#"sources[0] ("github").deliver"#;
+    let cmd = r#"command = ["/bin/true"]"#;
+    let err = with_destinations(&[cmd, cmd]).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "{at}[0].name: required when a source has several destinations"
+        )),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{at}[1].name: required")), "{err}");
+    let named = |n: &str| format!("name = {n:?}\n{cmd}");
+    let err = with_destinations(&[&named("ci"), &named("ci")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            r#"{at}[1] ("ci").name: "ci" is used twice in this source"#
+        )),
+        "{err}"
+    );
+    for bad in ["", "CI", "a b", "x/y", &"a".repeat(65)] {
+        let err = with_destinations(&[&named(bad)]).unwrap_err().to_string();
+        assert!(
+            err.contains(".name: use 1-64 characters from a-z, 0-9, '-' and '_'"),
+            "{bad:?}: {err}"
+        );
+    }
+    assert!(with_destinations(&[&named(&"a-1_".repeat(16))]).is_ok());
+    // A problem inside one destination is reported under its own key.
+    let err = with_destinations(&[
+        &named("ok"),
+        "name = \"bad\"\nmax_attempts = 0\ncommand = [\"/bin/true\"]",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains(&format!(r#"{at}[1] ("bad").max_attempts"#)),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_source_without_deliver_has_no_destination() {
     let config =

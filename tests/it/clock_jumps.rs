@@ -20,15 +20,19 @@ const HOUR_MS: i64 = 3_600_000;
 /// How far the clock jumps in these tests.
 const JUMP_MS: i64 = 3 * HOUR_MS;
 
-/// Shifts every stored time of the events and their leases by `delta_ms`
+/// Shifts every stored time of the events, their deliveries and leases by `delta_ms`
 /// (so `-J` reads, to the server, as its clock jumping forward by `J`).
 fn shift_stored_times(db: &Path, delta_ms: i64) {
     let mut conn = Connection::open(db).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
     let tx = conn.transaction().unwrap();
     tx.execute(
-        "UPDATE events SET received_at = received_at + ?1,
-                           next_attempt_at = next_attempt_at + ?1",
+        "UPDATE events SET received_at = received_at + ?1",
+        [delta_ms],
+    )
+    .unwrap();
+    tx.execute(
+        "UPDATE deliveries SET next_attempt_at = next_attempt_at + ?1",
         [delta_ms],
     )
     .unwrap();

@@ -352,10 +352,15 @@ fn the_example_config_loads_with_hookbox_check() {
             "no source of kind {kind:?} in the example"
         );
     }
+    // A table, or an array of tables (`[[sources.deliver]]`), holding `key`.
     let has = |kind: &str, table: &str, key: &str| {
         sources.iter().any(|s| {
             s.get("kind").and_then(|k| k.as_str()) == Some(kind)
-                && s.get(table).and_then(|t| t.get(key)).is_some()
+                && match s.get(table) {
+                    Some(toml::Value::Array(tables)) => tables.iter().any(|t| t.get(key).is_some()),
+                    Some(t) => t.get(key).is_some(),
+                    None => false,
+                }
         })
     };
     assert!(has("github", "deliver", "url"));

@@ -384,8 +384,10 @@ fn open(db: &Path) -> rusqlite::Connection {
 pub fn event_row(db: &Path, id: i64) -> EventRow {
     open(db)
         .query_row(
-            "SELECT e.state, e.attempts, l.lease_until, l.attempt, e.next_attempt_at, e.last_error
-             FROM events AS e LEFT JOIN leases AS l ON l.event_id = e.id WHERE e.id = ?1",
+            "SELECT e.state, coalesce(d.attempts, 0), l.lease_until, l.attempt, d.next_attempt_at,
+                    d.last_error
+             FROM events AS e LEFT JOIN deliveries AS d ON d.event_id = e.id
+             LEFT JOIN leases AS l ON l.delivery = d.id WHERE e.id = ?1",
             [id],
             |r| {
                 Ok(EventRow {

@@ -343,7 +343,11 @@ async fn dispatch_attempts_dead_letters_and_catch_up_runs_are_exported() {
         value(
             &s,
             "hookbox_dispatch_attempts_total",
-            &[("source", "github"), ("outcome", outcome)],
+            &[
+                ("source", "github"),
+                ("destination", "default"),
+                ("outcome", outcome),
+            ],
         )
     };
     assert_eq!(attempts("delivered"), Some(1.0));
@@ -353,7 +357,7 @@ async fn dispatch_attempts_dead_letters_and_catch_up_runs_are_exported() {
         value(
             &s,
             "hookbox_dispatch_duration_seconds_count",
-            &[("source", "github")]
+            &[("source", "github"), ("destination", "default")]
         ),
         Some(2.0)
     );

@@ -15,10 +15,21 @@ const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/relea
 /// The secret the fixture's sources were signed with.
 const SECRET: &str = "fixture-secret";
 
-/// `(source, delivery_id, state, attempts)` of every event, in id order.
+/// `(source, delivery_id, state, attempts)` of every event, in id order:
+/// the attempts its one delivery made, once there are deliveries (version
+/// 9), before that the event's own.
 fn events(db: &std::path::Path) -> Vec<(String, String, String, i64)> {
     let conn = rusqlite::Connection::open(db).unwrap();
-    conn.prepare("SELECT source, delivery_id, state, attempts FROM events ORDER BY id")
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    let sql = if version >= 9 {
+        "SELECT e.source, e.delivery_id, e.state, coalesce(d.attempts, e.attempts)
+         FROM events AS e LEFT JOIN deliveries AS d ON d.event_id = e.id ORDER BY e.id"
+    } else {
+        "SELECT source, delivery_id, state, attempts FROM events ORDER BY id"
+    };
+    conn.prepare(sql)
         .unwrap()
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .unwrap()

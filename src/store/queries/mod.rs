@@ -164,7 +164,8 @@ pub struct AttemptRow {
 pub fn event_detail(conn: &Connection, id: i64) -> anyhow::Result<Option<EventDetail>> {
     let sql = format!(
         "SELECT {SUMMARY_COLUMNS}, order_key, content_type, headers, body,
-                (SELECT l.lease_until FROM leases AS l WHERE l.event_id = events.id)
+                (SELECT min(l.lease_until) FROM leases AS l JOIN deliveries AS d ON d.id = l.delivery
+                 WHERE d.event_id = events.id)
          FROM events WHERE id = ?1"
     );
     let found = conn
