@@ -10,7 +10,11 @@ use std::time::Duration;
 use crate::deliver::*;
 use crate::helpers::*;
 
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v6.db");
+/// Written by release ff52e21 (schema version 6).
+const FIXTURE_V6: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v6.db");
+
+/// Written by release 7fd7534 (schema version 8), the last before routes.
+const FIXTURE_V8: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v8.db");
 
 /// The secret the fixture's sources were signed with.
 const SECRET: &str = "fixture-secret";
@@ -56,12 +60,25 @@ fn one<T: rusqlite::types::FromSql>(db: &std::path::Path, sql: &str) -> T {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_the_previous_release_wrote_opens_with_nothing_lost() {
+async fn a_database_release_v6_wrote_opens_with_nothing_lost() {
+    opens_with_nothing_lost(FIXTURE_V6, 6).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_release_before_routes_wrote_opens_with_nothing_lost() {
+    opens_with_nothing_lost(FIXTURE_V8, 8).await;
+}
+
+/// Opens a copy of `fixture` (at schema `version`) with today's hookbox:
+/// settled events stay as they were and are never sent again, the two
+/// pending ones are delivered once each in their key's order, and a new
+/// event goes through.
+async fn opens_with_nothing_lost(fixture: &str, version: i64) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("hookbox.db");
-    std::fs::copy(FIXTURE, &db).unwrap();
+    std::fs::copy(fixture, &db).unwrap();
     let before = events(&db);
-    assert_eq!(one::<i64>(&db, "PRAGMA user_version"), 6);
+    assert_eq!(one::<i64>(&db, "PRAGMA user_version"), version);
     let bodies_sql = "SELECT group_concat(hex(body), ',') FROM events ORDER BY id";
     let bodies: String = one(&db, bodies_sql);
     let attempts: i64 = one(&db, "SELECT count(*) FROM attempts");
