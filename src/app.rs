@@ -29,6 +29,7 @@ use crate::dispatch::worker::Dispatcher;
 use crate::edge::Edge;
 use crate::edge::sets::Refresher;
 use crate::metrics::Metrics;
+use crate::pull::PullHub;
 use crate::receive::Receiver;
 use crate::store::{self, DatabaseLock, Store, WriterHandle, WriterThread};
 use crate::tls::Manager as TlsManager;
@@ -225,7 +226,20 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
     }
     let catchup_run = catchup.clone().run(shutdown.clone());
     tasks.push(("the catch-up task", supervise(&shutdown, catchup_run)));
-    let public_router = public_router(&config, writer.clone(), wake.clone(), &metrics, edge);
+    let pull = Arc::new(PullHub::new(
+        &config,
+        store.clone(),
+        writer.clone(),
+        edge.clone(),
+    ));
+    let public_router = public_router(
+        &config,
+        writer.clone(),
+        wake.clone(),
+        pull.clone(),
+        &metrics,
+        edge,
+    );
     let watchdog = notify::watchdog(writer.clone(), shutdown.clone());
     tasks.push(("the watchdog task", supervise(&shutdown, watchdog)));
     let admin_state = AdminState {
@@ -236,7 +250,12 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         metrics,
         catchup,
     };
-    let admin_router = admin::router(admin_state, &admin_token).merge(health_routes(writer));
+    let admin_router = admin::router(admin_state, &admin_token)
+        .merge(admin::behind_token(
+            crate::pull::admin_routes(pull),
+            &admin_token,
+        ))
+        .merge(health_routes(writer));
     if let Some(d) = dispatcher {
         let run = d.run(shutdown.clone());
         tasks.push(("the dispatcher task", supervise(&shutdown, run)));
@@ -300,18 +319,28 @@ fn supervise(
     })
 }
 
-/// The public listener: the receiver and the health checks, nothing else.
+/// The public listener: the receiver, the pull API and the health checks,
+/// nothing else.
 fn public_router(
     config: &Config,
     writer: WriterHandle,
     dispatch: Arc<Notify>,
+    pull: Arc<PullHub>,
     metrics: &Metrics,
     edge: Arc<Edge>,
 ) -> Router {
-    let receiver = Receiver::new(config, writer.clone(), dispatch, metrics, edge);
+    let receiver = Receiver::new(
+        config,
+        writer.clone(),
+        dispatch,
+        pull.clone(),
+        metrics,
+        edge,
+    );
     Router::new()
         .route("/hooks/{source}", post(crate::receive::receive))
         .with_state(receiver)
+        .merge(crate::pull::public_routes(pull))
         .merge(health_routes(writer))
 }
 

@@ -48,6 +48,8 @@ pub enum ApiError {
     UnknownClient(&'static str),
     /// 429: the client address keeps failing verification and is blocked.
     TooManyFailures { retry_after_secs: u64 },
+    /// 429: the client holds as many pull long-polls as it may.
+    TooManyLongPolls,
     /// 503: nothing was stored; try again.
     Unavailable,
     /// 401 on the admin listener: no bearer token, or the wrong one.
@@ -79,7 +81,9 @@ impl ApiError {
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::ForbiddenAddress => StatusCode::FORBIDDEN,
-            ApiError::TooManyFailures { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyFailures { .. } | ApiError::TooManyLongPolls => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
@@ -99,6 +103,7 @@ impl ApiError {
             ApiError::BodyUnreadable => "body_unreadable",
             ApiError::ForbiddenAddress => "forbidden_address",
             ApiError::TooManyFailures { .. } => "too_many_failures",
+            ApiError::TooManyLongPolls => "too_many_long_polls",
             ApiError::Unavailable => "unavailable",
             ApiError::Unauthorized => "unauthorized",
             ApiError::BadRequest { reason, .. } | ApiError::Conflict { reason, .. } => reason,
@@ -148,7 +153,7 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Unavailable => {
+            ApiError::Unavailable | ApiError::TooManyLongPolls => {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));

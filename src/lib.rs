@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod notify;
 pub mod outbound;
 pub mod private_file;
+pub mod pull;
 pub mod receive;
 pub mod route;
 pub mod server;

@@ -94,6 +94,12 @@ pub fn router(state: AdminState, token: &Secret) -> Router {
         .merge(pages)
 }
 
+/// `router`'s routes behind the admin token (the pull API's admin routes).
+pub fn behind_token(router: Router, token: &Secret) -> Router {
+    let expected = TokenDigest(digest(token.expose().as_bytes()));
+    router.route_layer(middleware::from_fn_with_state(expected, require_token))
+}
+
 /// Lets a request through only with `Authorization: Bearer <token>`.
 async fn require_token(
     State(expected): State<TokenDigest>,

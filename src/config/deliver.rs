@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::secret::Secret;
 use super::{duration, limits, secret};
 use crate::route::Filter;
 
@@ -116,6 +117,9 @@ pub struct RawDeliver {
     /// Program and arguments, run directly (no shell).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// Nothing is pushed: consumers take deliveries through the pull API.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull: Option<RawPull>,
     /// Secret reference; a Standard Webhooks `whsec_` secret. Required with
     /// `url`, refused with `command`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -147,6 +151,7 @@ impl Default for RawDeliver {
             name: None,
             url: None,
             command: None,
+            pull: None,
             signing_secret: None,
             timeout: Duration::from_secs(30),
             max_attempts: 12,
@@ -167,6 +172,7 @@ impl fmt::Debug for RawDeliver {
             .field("name", &self.name)
             .field("url", &self.url)
             .field("command", &self.command)
+            .field("pull", &self.pull)
             .field(
                 "signing_secret",
                 &self.signing_secret.as_deref().map(secret::describe),
@@ -182,6 +188,34 @@ impl fmt::Debug for RawDeliver {
             .finish()
     }
 }
+
+/// `pull = { token = "env:…" }`: what a consumer of the pull API needs.
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPull {
+    /// Secret reference: the bearer token of `/pull/{source}/{name}`.
+    pub token: String,
+    /// Most body bytes in one answer (one event always fits).
+    #[serde(default = "default_pull_max_bytes")]
+    pub max_bytes: u64,
+}
+
+fn default_pull_max_bytes() -> u64 {
+    10 * 1024 * 1024
+}
+
+/// Written by hand so a literal token never reaches a log line.
+impl fmt::Debug for RawPull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawPull")
+            .field("token", &secret::describe(&self.token))
+            .field("max_bytes", &self.max_bytes)
+            .finish()
+    }
+}
+
+/// The shortest pull token: it is a password anyone on the internet can try.
+pub const MIN_PULL_TOKEN: usize = 16;
 
 /// A validated destination with its retry policy.
 #[derive(Debug, Clone)]
@@ -213,6 +247,8 @@ pub enum Destination {
         argv: Vec<String>,
         template: crate::dispatch::argv::Template,
     },
+    /// Deliveries wait for a consumer of the pull API holding `token`.
+    Pull { token: Secret, max_bytes: u64 },
 }
 
 /// Written by hand: the key is shown as `[redacted]`.
@@ -227,6 +263,11 @@ impl fmt::Debug for Destination {
             Destination::Command { argv, .. } => {
                 f.debug_struct("Command").field("argv", argv).finish()
             }
+            Destination::Pull { max_bytes, .. } => f
+                .debug_struct("Pull")
+                .field("token", &"[redacted]")
+                .field("max_bytes", max_bytes)
+                .finish(),
         }
     }
 }
@@ -300,22 +341,24 @@ fn validate(
         ));
     }
     let filter = Filter::parse(&raw.events, &raw.when, at, problems);
-    let destination = match (&raw.url, &raw.command) {
-        (Some(url), None) => url_destination(url, raw.signing_secret.as_deref(), at, problems),
-        (None, Some(argv)) => {
-            if raw.signing_secret.is_some() {
-                problems.push(format!(
-                    "{at}.signing_secret: only for url destinations (a command is not sent signed requests)"
-                ));
-            }
+    let destination = match (&raw.url, &raw.command, &raw.pull) {
+        (Some(url), None, None) => {
+            url_destination(url, raw.signing_secret.as_deref(), at, problems)
+        }
+        (None, Some(argv), None) => {
+            unsigned(raw, "a command is not sent signed requests", at, problems);
             command_destination(argv, at, problems)
         }
-        (Some(_), Some(_)) => {
-            problems.push(format!("{at}: set url or command, not both"));
+        (None, None, Some(pull)) => {
+            unsigned(raw, "a consumer takes events from hookbox", at, problems);
+            pull_destination(pull, at, problems)
+        }
+        (None, None, None) => {
+            problems.push(format!("{at}: set url, command or pull"));
             None
         }
-        (None, None) => {
-            problems.push(format!("{at}: set url or command"));
+        _ => {
+            problems.push(format!("{at}: set only one of url, command and pull"));
             None
         }
     };
@@ -400,6 +443,40 @@ fn url_destination(
     })
 }
 
+/// A `signing_secret` where nothing is sent signed is a mistake.
+fn unsigned(raw: &RawDeliver, why: &str, at: &str, problems: &mut Vec<String>) {
+    if raw.signing_secret.is_some() {
+        problems.push(format!(
+            "{at}.signing_secret: only for url destinations ({why})"
+        ));
+    }
+}
+
+fn pull_destination(pull: &RawPull, at: &str, problems: &mut Vec<String>) -> Option<Destination> {
+    let at = format!("{at}.pull");
+    limits::PULL_MAX_BYTES.check(&at, pull.max_bytes, problems);
+    match secret::resolve(&pull.token) {
+        Ok(token) if token.expose().len() < MIN_PULL_TOKEN => {
+            problems.push(format!(
+                "{at}.token ({}): at least {MIN_PULL_TOKEN} characters (it guards the events on the public listener)",
+                secret::describe(&pull.token)
+            ));
+            None
+        }
+        Ok(token) => Some(Destination::Pull {
+            token,
+            max_bytes: pull.max_bytes,
+        }),
+        Err(why) => {
+            problems.push(format!(
+                "{at}.token ({}): {why}",
+                secret::describe(&pull.token)
+            ));
+            None
+        }
+    }
+}
+
 fn command_destination(
     argv: &[String],
     at: &str,
@@ -434,6 +511,9 @@ fn command_destination(
 pub fn redact(raw: &mut RawDeliver) {
     if let Some(s) = &mut raw.signing_secret {
         *s = secret::describe(s);
+    }
+    if let Some(p) = &mut raw.pull {
+        p.token = secret::describe(&p.token);
     }
     if let Some(url) = &mut raw.url
         && let Ok(mut parsed) = reqwest::Url::parse(url)

@@ -46,6 +46,8 @@ pub struct RawEdge {
     pub max_client_body_bytes: u64,
     /// Request bodies one client address may have being read at once.
     pub max_client_bodies: u32,
+    /// Pull long-polls one client address may hold waiting at once.
+    pub max_client_long_polls: u32,
 }
 
 impl Default for RawEdge {
@@ -60,6 +62,7 @@ impl Default for RawEdge {
             max_tracked: 10_000,
             max_client_body_bytes: 64 * 1024 * 1024,
             max_client_bodies: 32,
+            max_client_long_polls: 16,
         }
     }
 }
@@ -115,6 +118,7 @@ pub struct EdgeConfig {
     pub max_tracked: usize,
     pub max_client_body_bytes: u64,
     pub max_client_bodies: u32,
+    pub max_client_long_polls: u32,
 }
 
 /// A CIDR (`192.0.2.0/24`, `2001:db8::/32`) or a bare address (a /32 or
@@ -153,6 +157,7 @@ pub fn validate(edge: &RawEdge, server: &RawServer, problems: &mut Vec<String>) 
     limits::EDGE_MAX_TRACKED.check("edge", edge.max_tracked, problems);
     limits::EDGE_MAX_CLIENT_BODY_BYTES.check("edge", edge.max_client_body_bytes, problems);
     limits::EDGE_MAX_CLIENT_BODIES.check("edge", edge.max_client_bodies, problems);
+    limits::EDGE_MAX_CLIENT_LONG_POLLS.check("edge", edge.max_client_long_polls, problems);
     EdgeConfig {
         trusted_proxies,
         forwarded_header: server.forwarded_header,
@@ -165,6 +170,7 @@ pub fn validate(edge: &RawEdge, server: &RawServer, problems: &mut Vec<String>) 
         max_tracked: edge.max_tracked,
         max_client_body_bytes: edge.max_client_body_bytes,
         max_client_bodies: edge.max_client_bodies,
+        max_client_long_polls: edge.max_client_long_polls,
     }
 }
 

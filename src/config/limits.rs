@@ -211,6 +211,11 @@ pub const DELIVER_MAX_ATTEMPTS: CountLimit = count("sources.deliver.max_attempts
 /// than one small host runs well.
 pub const DELIVER_CONCURRENCY: CountLimit = count("sources.deliver.concurrency", 1, 1000);
 
+/// Each waiting long-poll holds a connection and a task.
+pub const EDGE_MAX_CLIENT_LONG_POLLS: CountLimit = count("edge.max_client_long_polls", 1, 10_000);
+/// What one pull answer may carry: the same bound as a body read.
+pub const PULL_MAX_BYTES: CountLimit = count("sources.deliver.pull.max_bytes", 1, 256 * MIB);
+
 /// Every count key.
 pub const COUNTS: &[CountLimit] = &[
     MAX_BODY_BYTES,
@@ -224,8 +229,10 @@ pub const COUNTS: &[CountLimit] = &[
     EDGE_MAX_TRACKED,
     EDGE_MAX_CLIENT_BODY_BYTES,
     EDGE_MAX_CLIENT_BODIES,
+    EDGE_MAX_CLIENT_LONG_POLLS,
     DELIVER_MAX_ATTEMPTS,
     DELIVER_CONCURRENCY,
+    PULL_MAX_BYTES,
 ];
 
 /// Integer keys that are identifiers, not amounts: nothing is counted or

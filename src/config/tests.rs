@@ -400,10 +400,10 @@ fn each_deliver_problem_is_reported_under_its_key() {
     let at = "sources[0] (\"github\").deliver";
     let sig = format!("signing_secret = \"{WHSEC}\"");
     for (table, needle) in [
-        (String::new(), format!("{at}: set url or command")),
+        (String::new(), format!("{at}: set url, command or pull")),
         (
             format!(r#"url = "http://a", command = ["x"], {sig}"#),
-            format!("{at}: set url or command, not both"),
+            format!("{at}: set only one of url, command and pull"),
         ),
         (
             format!(r#"url = "ftp://a/x", {sig}"#),
@@ -706,6 +706,7 @@ fn full_table() -> toml::Table {
         kind = "stripe"
         secrets = ["s"]
         stripe_backfill = {{ api_key = "k" }}
+        deliver = {{ pull = {{ token = "pull-token-0123456789" }} }}
         "#
     ))
     .unwrap()
@@ -847,7 +848,9 @@ fn absurd_durations_and_counts_are_all_refused_at_once() {
     for (key, _) in &values {
         let field = key.rsplit('.').next().unwrap();
         let shown = match key.strip_prefix("sources.") {
-            Some(rest) if rest.starts_with("stripe_backfill") => {
+            Some(rest)
+                if rest.starts_with("stripe_backfill") || rest.starts_with("deliver.pull") =>
+            {
                 format!("sources[1] (\"stripe\").{rest}: ")
             }
             Some(rest) => format!("sources[0] (\"github\").{rest}: "),
@@ -873,7 +876,10 @@ fn a_refused_duration_shows_the_value_and_the_maximum() {
     )]);
     assert_eq!(
         p,
-        ["sources[0] (\"github\").deliver.timeout: 40000000000years is over the maximum of 1h"]
+        [
+            "sources[0] (\"github\").deliver.timeout: 40000000000years is over the maximum of 1h",
+            "sources[1] (\"stripe\").deliver.timeout: 40000000000years is over the maximum of 1h"
+        ]
     );
 }
 

@@ -105,23 +105,31 @@ pub enum Deliverer {
 impl Deliverer {
     /// `client` is the process-wide one from [`url::client`], shared by
     /// every url destination so connections are pooled; `withheld`, the
-    /// variables a command must not inherit (`Config::secret_env`).
-    pub fn new(config: &DeliverConfig, client: &reqwest::Client, withheld: &Arc<[String]>) -> Self {
+    /// variables a command must not inherit (`Config::secret_env`). `None`
+    /// for a pull destination: nothing is pushed to it (`crate::pull`).
+    pub fn new(
+        config: &DeliverConfig,
+        client: &reqwest::Client,
+        withheld: &Arc<[String]>,
+    ) -> Option<Self> {
         match &config.destination {
-            Destination::Url { url, signing_key } => Deliverer::Url(url::UrlDestination::new(
-                client.clone(),
-                url.clone(),
-                signing_key.clone(),
-                config.timeout,
-                config.permanent_statuses.clone(),
-            )),
+            Destination::Url { url, signing_key } => {
+                Some(Deliverer::Url(url::UrlDestination::new(
+                    client.clone(),
+                    url.clone(),
+                    signing_key.clone(),
+                    config.timeout,
+                    config.permanent_statuses.clone(),
+                )))
+            }
             Destination::Command { template, .. } => {
-                Deliverer::Command(command::CommandDestination::new(
+                Some(Deliverer::Command(command::CommandDestination::new(
                     template.clone(),
                     config.timeout,
                     withheld.clone(),
-                ))
+                )))
             }
+            Destination::Pull { .. } => None,
         }
     }
 

@@ -116,8 +116,9 @@ fn claim_from(i: usize, lane: &Lane, limit: usize) -> ClaimFrom {
 type Running = HashMap<tokio::task::Id, (usize, Lease)>;
 
 impl Dispatcher {
-    /// A dispatcher for every destination of every source, reading bodies
-    /// through `store`'s read-only pool; `None` when no source has one.
+    /// A dispatcher for every push destination (url, command) of every
+    /// source, reading bodies through `store`'s read-only pool; `None` when
+    /// there is none. Pull destinations are `crate::pull`'s.
     pub fn new(
         config: &Config,
         store: Store,
@@ -131,13 +132,15 @@ impl Dispatcher {
             .sources
             .iter()
             .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
-            .map(|(source, cfg)| Lane {
-                source: source.name.clone(),
-                deliverer: Arc::new(Deliverer::new(cfg, &client, &withheld)),
-                metrics: metrics.lane(&source.name, &cfg.name),
-                config: cfg.clone(),
-                queued: VecDeque::new(),
-                in_flight: 0,
+            .filter_map(|(source, cfg)| {
+                Some(Lane {
+                    source: source.name.clone(),
+                    deliverer: Arc::new(Deliverer::new(cfg, &client, &withheld)?),
+                    metrics: metrics.lane(&source.name, &cfg.name),
+                    config: cfg.clone(),
+                    queued: VecDeque::new(),
+                    in_flight: 0,
+                })
             })
             .collect();
         // A lease covers one attempt; renewals cover the wait in the queue

@@ -44,6 +44,7 @@ use crate::edge::Edge;
 use crate::edge::bodies::Charge;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, SourceMetrics};
+use crate::pull::PullHub;
 use crate::route::Routes;
 use crate::store::models::{Inserted, NewEvent, Origin};
 use crate::store::{StoreError, WriterHandle};
@@ -223,6 +224,8 @@ pub struct Receiver {
     body_timeout: Duration,
     /// Wakes the dispatcher when a new event is pending.
     dispatch: Arc<Notify>,
+    /// Wakes the pull long-polls of the destinations a new event went to.
+    pull: Arc<PullHub>,
     /// Counts requests to names no source answers, under one label.
     unknown: SourceMetrics,
     /// Client address, allowlists, the failure limit and the body budget.
@@ -234,6 +237,7 @@ impl Receiver {
         config: &Config,
         writer: WriterHandle,
         dispatch: Arc<Notify>,
+        pull: Arc<PullHub>,
         metrics: &Metrics,
         edge: Arc<Edge>,
     ) -> Self {
@@ -252,6 +256,7 @@ impl Receiver {
             writer,
             body_timeout: config.server.body_timeout,
             dispatch,
+            pull,
             unknown: metrics.unknown_source(),
             edge,
         }
@@ -370,11 +375,16 @@ async fn handle(
         Examined::Event(event) => event,
     };
     let dispatched = !event.destinations.is_empty();
+    // Only kept when a long-poll may want it.
+    let pulled = (dispatched && rx.pull.serves(&source.name)).then(|| event.destinations.clone());
     match rx.writer.insert(event).await {
         Ok(Inserted::New(id)) => {
             tracing::debug!(source = %source.name, event.id = id, "accepted");
             if dispatched {
                 rx.dispatch.notify_one();
+            }
+            if let Some(destinations) = pulled {
+                rx.pull.wake(&source.name, &destinations);
             }
             Ok(Answer::Accepted(id))
         }

@@ -61,6 +61,15 @@ pub enum WriteCmd {
     /// An attempt's outcome. Nobody waits for it: until it commits the
     /// delivery stays leased, so it cannot be claimed twice.
     Record { record: AttemptRecord, now: i64 },
+    /// A pull consumer's ack or nack: settles each lease still held, by
+    /// `settle` (attempt number → outcome); answers which were.
+    Settle {
+        leases: Vec<Lease>,
+        settle: std::sync::Arc<dyn Fn(u32) -> dispatch::Settled + Send + Sync>,
+        error: Option<String>,
+        now: i64,
+        reply: oneshot::Sender<Result<Vec<bool>, StoreError>>,
+    },
     /// Gives back leases at shutdown.
     Release {
         leases: Vec<Lease>,
@@ -92,6 +101,7 @@ pub enum Applied {
     Catchup(CatchupDone),
     Claimed(Claims),
     Replayed(usize),
+    Settled(Vec<bool>),
     Pruned(Pruned),
     Done,
 }
@@ -143,6 +153,20 @@ impl WriteCmd {
                 dispatch::release(tx, leases)?;
                 Applied::Done
             }
+            WriteCmd::Settle {
+                leases,
+                settle,
+                error,
+                now,
+                ..
+            } => Applied::Settled(
+                leases
+                    .iter()
+                    .map(|l| {
+                        dispatch::settle_lease(tx, *l, *now, settle.as_ref(), error.as_deref())
+                    })
+                    .collect::<anyhow::Result<_>>()?,
+            ),
             WriteCmd::Replay { filter, now, .. } => {
                 Applied::Replayed(replay::replay(tx, filter, *now)?)
             }
@@ -174,6 +198,7 @@ impl WriteCmd {
             }
             (WriteCmd::Catchup { reply, .. }, Applied::Catchup(done)) => drop(reply.send(Ok(done))),
             (WriteCmd::Replay { reply, .. }, Applied::Replayed(n)) => drop(reply.send(Ok(n))),
+            (WriteCmd::Settle { reply, .. }, Applied::Settled(held)) => drop(reply.send(Ok(held))),
             (WriteCmd::Prune { reply, .. }, Applied::Pruned(pruned)) => {
                 for (source, delivery_id) in &pruned.keys {
                     recent.forget(source, delivery_id);
@@ -197,6 +222,7 @@ impl WriteCmd {
             | WriteCmd::Release { reply, .. }
             | WriteCmd::SaveIpSet { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Claim { reply, .. } => drop(reply.send(Err(err))),
+            WriteCmd::Settle { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Catchup { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Replay { reply, .. } | WriteCmd::Prune { reply, .. } => {
                 drop(reply.send(Err(err)))

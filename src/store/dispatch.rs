@@ -74,6 +74,8 @@ pub struct Claimed {
     pub lane: usize,
     pub delivery_id: String,
     pub event_type: Option<String>,
+    /// Unix ms.
+    pub received_at: i64,
     pub content_type: Option<String>,
     pub headers: String,
     /// This attempt's number, 1-based.
@@ -126,7 +128,7 @@ fn claimable() -> String {
         "SELECT d.id, d.event_id, e.delivery_id, e.event_type, e.content_type, e.headers,
                 max(d.attempts, coalesce(
                     (SELECT x.attempt FROM leases AS x WHERE x.delivery = d.id), 0)),
-                d.order_key
+                d.order_key, e.received_at
          FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
          WHERE {HEADS} AND d.next_attempt_at <= ?3
          ORDER BY d.next_attempt_at, d.id LIMIT ?4"
@@ -157,6 +159,7 @@ pub fn claim(
                     lane: from.lane,
                     delivery_id: r.get(2)?,
                     event_type: r.get(3)?,
+                    received_at: r.get(8)?,
                     content_type: r.get(4)?,
                     headers: r.get(5)?,
                     attempt: r.get::<_, u32>(6)? + 1,
@@ -392,6 +395,46 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
         .context("scheduling the next delivery of a key")?;
     }
     derive_event_state(conn, r.event_id, now)
+}
+
+/// Settles a delivery by its lease alone, as a pull consumer's ack or nack
+/// does: `settle` decides from the attempt number how it ends, `error` is
+/// kept with it. `false`, changing nothing, when the lease is stale: its
+/// claim was settled, released or superseded, or it ran out by `now`.
+pub fn settle_lease(
+    conn: &Connection,
+    lease: Lease,
+    now: i64,
+    settle: &dyn Fn(u32) -> Settled,
+    error: Option<&str>,
+) -> anyhow::Result<bool> {
+    let held: Option<(i64, String, u32)> = conn
+        .prepare_cached(
+            "SELECT d.event_id, d.destination, l.attempt
+             FROM leases AS l JOIN deliveries AS d ON d.id = l.delivery
+             WHERE l.token = ?1 AND l.delivery = ?2 AND l.lease_until > ?3",
+        )?
+        .query_row(params![lease.token, lease.delivery, now], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()
+        .context("finding a lease")?;
+    let Some((event_id, destination, attempt)) = held else {
+        return Ok(false);
+    };
+    let record_of = AttemptRecord {
+        lease,
+        event_id,
+        destination,
+        attempt,
+        started_at: now,
+        duration_ms: 0,
+        settled: settle(attempt),
+        status: None,
+        error: error.map(str::to_owned),
+    };
+    record(conn, &record_of, now)?;
+    Ok(true)
 }
 
 /// Sets event `id`'s state from its deliveries: `pending` while any is,

@@ -281,6 +281,26 @@ impl WriterHandle {
             .map_err(|_| StoreError::Closed)
     }
 
+    /// Settles each lease still held by `settle` (attempt number →
+    /// outcome), durably; answers which were (the others were stale).
+    pub async fn settle(
+        &self,
+        leases: Vec<Lease>,
+        settle: std::sync::Arc<dyn Fn(u32) -> super::dispatch::Settled + Send + Sync>,
+        error: Option<String>,
+        now: i64,
+    ) -> Result<Vec<bool>, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(WriteCmd::Settle {
+            leases,
+            settle,
+            error,
+            now,
+            reply,
+        })?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
     /// Gives back leases that will not be used, durably.
     pub async fn release(&self, leases: Vec<Lease>) -> Result<(), StoreError> {
         let (reply, rx) = oneshot::channel();

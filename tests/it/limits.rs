@@ -51,7 +51,8 @@ const STRIPE_SECRET: &str = "whsec_limits";
 
 /// Every table that holds a duration or a count, for a server in `dir`
 /// (without `listen`, `admin_listen` and `database`): a github source with
-/// a command destination and redelivery, a stripe source with backfill, a
+/// a command destination and redelivery, a stripe source with backfill and
+/// a pull destination, a
 /// source allowing the `"github"` IP set (so the set refresher runs), TLS
 /// from files, snapshots. Every API is a port nobody listens on.
 fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
@@ -78,6 +79,7 @@ fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
         kind = "stripe"
         secrets = ["{STRIPE_SECRET}"]
         stripe_backfill = {{ api_key = "k", api_url = "{nowhere}" }}
+        deliver = {{ pull = {{ token = "pull-token-0123456789" }} }}
         [[sources]]
         name = "shopify"
         kind = "shopify"
@@ -116,7 +118,7 @@ fn set(doc: &mut toml::Table, key: &str, value: &toml::Value) {
 /// `sources[0] ("github").deliver.timeout`).
 fn shown(key: &str) -> String {
     match key.strip_prefix("sources.") {
-        Some(rest) if rest.starts_with("stripe_backfill") => {
+        Some(rest) if rest.starts_with("stripe_backfill") || rest.starts_with("deliver.pull") => {
             format!("sources[1] (\"stripe\").{rest}")
         }
         Some(rest) => format!("sources[0] (\"github\").{rest}"),

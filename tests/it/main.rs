@@ -23,6 +23,7 @@ mod limits;
 mod load;
 mod metrics;
 mod one_server;
+mod pull;
 mod quick_start;
 mod read_only;
 mod receive;

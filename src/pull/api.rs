@@ -1,0 +1,489 @@
+//! The pull API's routes: take (long-poll), ack and nack, on the public
+//! listener behind each destination's token and on the admin listener
+//! behind the admin token.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, header};
+use axum::routing::post;
+use axum::{Json, Router};
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{PullHub, PullLane, Waiting};
+use crate::clock;
+use crate::dispatch::{backoff, excerpt};
+use crate::error::ApiError;
+use crate::store::StoreError;
+use crate::store::dispatch::{self, ClaimFrom, Claimed, Lease, Settled};
+
+/// Most deliveries one take hands out.
+pub const MAX_TAKE: usize = 100;
+
+/// Longest a take waits for a delivery.
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// Most leases one ack or nack settles.
+pub const MAX_SETTLE: usize = 1000;
+
+pub fn public_routes(hub: Arc<PullHub>) -> Router {
+    Router::new()
+        .route("/pull/{source}/{destination}", post(public_take))
+        .route("/pull/{source}/{destination}/ack", post(public_ack))
+        .route("/pull/{source}/{destination}/nack", post(public_nack))
+        .with_state(hub)
+}
+
+/// The same routes under `/api/pull`, for the admin listener, which puts
+/// them behind the admin token.
+pub fn admin_routes(hub: Arc<PullHub>) -> Router {
+    Router::new()
+        .route("/api/pull/{source}/{destination}", post(admin_take))
+        .route("/api/pull/{source}/{destination}/ack", post(admin_ack))
+        .route("/api/pull/{source}/{destination}/nack", post(admin_nack))
+        .with_state(hub)
+}
+
+/// `?max=&wait=` as sent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TakeParams {
+    max: Option<String>,
+    wait: Option<String>,
+}
+
+/// A take, parsed.
+struct Take {
+    max: usize,
+    wait: Duration,
+}
+
+impl TakeParams {
+    fn parse(params: Result<Query<TakeParams>, QueryRejection>) -> Result<Take, ApiError> {
+        let Query(p) = params.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+        let max = match p.max.as_deref() {
+            None => 10,
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_TAKE).contains(n))
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_query",
+                        format!("max: a whole number from 1 to {MAX_TAKE}"),
+                    )
+                })?,
+        };
+        let wait = match p.wait.as_deref() {
+            None => Duration::ZERO,
+            Some(v) => v
+                .parse::<u64>()
+                .map(Duration::from_secs)
+                .or_else(|_| humantime::parse_duration(v))
+                .ok()
+                .filter(|d| *d <= MAX_WAIT)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_query",
+                        "wait: a duration up to 30s (\"20s\", or seconds: \"20\")",
+                    )
+                })?,
+        };
+        Ok(Take { max, wait })
+    }
+}
+
+/// An ack's or nack's body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleBody {
+    leases: Vec<String>,
+    /// Why the consumer failed (nack only), kept with the attempt.
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// The lane a public request names, once its client may ask and its token
+/// is right. An unknown source or destination, or one that is not pull, is
+/// 404; a wrong token 401, counted by the failure limit.
+fn admitted(
+    hub: &PullHub,
+    source: &str,
+    destination: &str,
+    parts: &axum::http::request::Parts,
+) -> Result<(Arc<PullLane>, IpAddr), ApiError> {
+    let lane = hub
+        .lane(source, destination)
+        .cloned()
+        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    let client = hub.edge.client(source, parts)?;
+    hub.edge.admit(source, None, client)?;
+    let sent = bearer(&parts.headers).unwrap_or_default();
+    if !lane.token_matches(sent) {
+        hub.edge.failed(client);
+        tracing::debug!(source, destination, "refused a pull with a wrong token");
+        return Err(ApiError::Unauthorized);
+    }
+    Ok((lane, client))
+}
+
+/// The token of `Authorization: Bearer <token>`, if that is what was sent.
+fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let (scheme, token) = value.split_first_chunk::<7>()?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then(|| token.trim_ascii())
+}
+
+async fn public_take(
+    State(hub): State<Arc<PullHub>>,
+    Path((source, destination)): Path<(String, String)>,
+    params: Result<Query<TakeParams>, QueryRejection>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let (parts, _) = request.into_parts();
+    let (lane, client) = admitted(&hub, &source, &destination, &parts)?;
+    let take = TakeParams::parse(params)?;
+    let waiting = if take.wait.is_zero() {
+        None
+    } else {
+        Some(
+            hub.start_waiting(client)
+                .ok_or(ApiError::TooManyLongPolls)?,
+        )
+    };
+    take_deliveries(&hub, &lane, take, waiting).await
+}
+
+async fn admin_take(
+    State(hub): State<Arc<PullHub>>,
+    Path((source, destination)): Path<(String, String)>,
+    params: Result<Query<TakeParams>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let lane = hub
+        .lane(&source, &destination)
+        .cloned()
+        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    let take = TakeParams::parse(params)?;
+    take_deliveries(&hub, &lane, take, None).await
+}
+
+async fn public_ack(
+    State(hub): State<Arc<PullHub>>,
+    Path((source, destination)): Path<(String, String)>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let (parts, body) = request.into_parts();
+    let (lane, _) = admitted(&hub, &source, &destination, &parts)?;
+    let body = json_body(parts, body).await;
+    settle(&hub, &lane, body, Verdict::Ack).await
+}
+
+async fn public_nack(
+    State(hub): State<Arc<PullHub>>,
+    Path((source, destination)): Path<(String, String)>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let (parts, body) = request.into_parts();
+    let (lane, _) = admitted(&hub, &source, &destination, &parts)?;
+    let body = json_body(parts, body).await;
+    settle(&hub, &lane, body, Verdict::Nack).await
+}
+
+async fn admin_ack(
+    State(hub): State<Arc<PullHub>>,
+    Path((source, destination)): Path<(String, String)>,
+    body: Result<Json<SettleBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let lane = hub
+        .lane(&source, &destination)
+        .cloned()
+        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    settle(&hub, &lane, body, Verdict::Ack).await
+}
+
+async fn admin_nack(
+    State(hub): State<Arc<PullHub>>,
+    Path((source, destination)): Path<(String, String)>,
+    body: Result<Json<SettleBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let lane = hub
+        .lane(&source, &destination)
+        .cloned()
+        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    settle(&hub, &lane, body, Verdict::Nack).await
+}
+
+/// Reads the JSON body of a request whose parts served its admission.
+async fn json_body(
+    parts: axum::http::request::Parts,
+    body: axum::body::Body,
+) -> Result<Json<SettleBody>, JsonRejection> {
+    use axum::extract::FromRequest as _;
+    Json::from_request(Request::from_parts(parts, body), &()).await
+}
+
+fn unavailable(e: StoreError) -> ApiError {
+    if !matches!(e, StoreError::Overloaded) {
+        tracing::warn!(error = %e, "a pull could not reach the store");
+    }
+    ApiError::Unavailable
+}
+
+/// Claims up to `take.max` due deliveries of `lane`, waiting up to
+/// `take.wait` for one; answers them with their bodies.
+async fn take_deliveries(
+    hub: &PullHub,
+    lane: &PullLane,
+    take: Take,
+    _waiting: Option<Waiting>,
+) -> Result<Json<Value>, ApiError> {
+    let deadline = Instant::now() + take.wait;
+    let timeout_ms = i64::try_from(lane.timeout.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        // Registered before the claim looks, so an insert between the two
+        // still wakes this take.
+        let notified = lane.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let now = clock::now_ms();
+        let from = ClaimFrom {
+            lane: 0,
+            source: lane.source.clone(),
+            destination: lane.destination.clone(),
+            limit: take.max,
+            max_delay_ms: i64::try_from(lane.backoff_cap.as_millis()).unwrap_or(i64::MAX),
+        };
+        let claims = hub
+            .writer
+            .claim(
+                vec![from],
+                now,
+                now.saturating_add(timeout_ms),
+                false,
+                Vec::new(),
+            )
+            .await
+            .map_err(unavailable)?;
+        if !claims.jobs.is_empty() {
+            return answer(hub, lane, claims.jobs).await;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Json(json!({ "events": [] })));
+        }
+        let sleep = match claims.next_due {
+            Some(due) => Duration::from_millis(
+                u64::try_from(due.saturating_sub(clock::now_ms())).unwrap_or(0),
+            )
+            .min(left),
+            None => left,
+        };
+        tokio::select! {
+            () = &mut notified => {}
+            () = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+/// Reads the claimed deliveries' bodies and answers as many as fit in the
+/// lane's `max_bytes` (one always does); the rest are given back at once.
+async fn answer(
+    hub: &PullHub,
+    lane: &PullLane,
+    jobs: Vec<Claimed>,
+) -> Result<Json<Value>, ApiError> {
+    let ids: Vec<i64> = jobs.iter().map(|j| j.event_id).collect();
+    let bodies = hub
+        .store
+        .read(move |conn| {
+            ids.iter()
+                .map(|id| dispatch::body(conn, *id))
+                .collect::<anyhow::Result<Vec<_>>>()
+        })
+        .await;
+    let bodies = match bodies {
+        Ok(bodies) => bodies,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "a pull could not read bodies; giving its leases back");
+            release(hub, jobs.iter().map(Claimed::lease).collect()).await;
+            return Err(ApiError::Unavailable);
+        }
+    };
+    let mut events = Vec::with_capacity(jobs.len());
+    let mut rest = Vec::new();
+    let mut bytes = 0u64;
+    for (job, body) in jobs.into_iter().zip(bodies) {
+        // Deleted since the claim (a purge): its lease went with it.
+        let Some(body) = body else { continue };
+        let size = body.len() as u64;
+        if !events.is_empty() && bytes.saturating_add(size) > lane.max_bytes {
+            rest.push(job.lease());
+            continue;
+        }
+        bytes = bytes.saturating_add(size);
+        events.push(event_json(&job, &body));
+    }
+    if !rest.is_empty() {
+        release(hub, rest).await;
+    }
+    Ok(Json(json!({ "events": events })))
+}
+
+fn event_json(job: &Claimed, body: &[u8]) -> Value {
+    let headers: Value = serde_json::from_str(&job.headers).unwrap_or_else(|_| json!({}));
+    json!({
+        "id": job.event_id,
+        "delivery_id": job.delivery_id,
+        "event_type": job.event_type,
+        "received_at": job.received_at,
+        "content_type": job.content_type,
+        "headers": headers,
+        "body_base64": base64::engine::general_purpose::STANDARD.encode(body),
+        "attempt": job.attempt,
+        "lease": format!("{}.{}", job.lease().delivery, job.lease().token),
+    })
+}
+
+async fn release(hub: &PullHub, leases: Vec<Lease>) {
+    if let Err(e) = hub.writer.release(leases).await {
+        tracing::warn!(error = %e, "cannot give pulled leases back; they run out by themselves");
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Verdict {
+    Ack,
+    Nack,
+}
+
+/// A lease as the API writes it: `"<delivery>.<token>"`.
+fn parse_lease(text: &str) -> Option<Lease> {
+    let (delivery, token) = text.split_once('.')?;
+    let delivery = delivery.parse().ok().filter(|n: &i64| *n > 0)?;
+    let token = token.parse().ok().filter(|n: &i64| *n > 0)?;
+    Some(Lease { delivery, token })
+}
+
+/// Acks or nacks the leases in `body`; answers how many were settled and
+/// which were stale.
+async fn settle(
+    hub: &PullHub,
+    lane: &PullLane,
+    body: Result<Json<SettleBody>, JsonRejection>,
+    verdict: Verdict,
+) -> Result<Json<Value>, ApiError> {
+    let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
+    if body.leases.len() > MAX_SETTLE {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            format!("leases: at most {MAX_SETTLE} at once"),
+        ));
+    }
+    let leases = body
+        .leases
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            parse_lease(text).ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_body",
+                    format!("leases[{i}]: not a lease (as a take answered it)"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let now = clock::now_ms();
+    let (max_attempts, base, cap) = (lane.max_attempts, lane.backoff_base, lane.backoff_cap);
+    let (decide, error): (Arc<dyn Fn(u32) -> Settled + Send + Sync>, _) = match verdict {
+        Verdict::Ack => (Arc::new(|_| Settled::Delivered), None),
+        Verdict::Nack => (
+            Arc::new(move |attempt| {
+                if attempt >= max_attempts {
+                    return Settled::Dead;
+                }
+                let wait = backoff::next(attempt, None, base, cap, &mut fastrand::f64);
+                let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+                Settled::Retry(now.saturating_add(wait_ms))
+            }),
+            Some(body.error.as_deref().map_or_else(
+                || "nacked by the consumer".to_owned(),
+                |e| excerpt(e.as_bytes()),
+            )),
+        ),
+    };
+    let held = hub
+        .writer
+        .settle(leases.clone(), decide, error, now)
+        .await
+        .map_err(unavailable)?;
+    // The next delivery of a key may be free now, or a retry due.
+    lane.wake.notify_waiters();
+    let stale: Vec<&String> = body
+        .leases
+        .iter()
+        .zip(&held)
+        .filter(|(_, held)| !**held)
+        .map(|(text, _)| text)
+        .collect();
+    let settled = held.iter().filter(|h| **h).count();
+    let key = match verdict {
+        Verdict::Ack => "acked",
+        Verdict::Nack => "nacked",
+    };
+    Ok(Json(json!({ key: settled, "stale": stale })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_read_back_as_written_and_nothing_else_parses() {
+        assert_eq!(
+            parse_lease("12.345"),
+            Some(Lease {
+                delivery: 12,
+                token: 345
+            })
+        );
+        for bad in [
+            "", "12", "12.", ".3", "a.b", "0.1", "1.0", "-1.2", "1.2.3", " 1.2",
+        ] {
+            assert_eq!(parse_lease(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_take_is_bounded() {
+        let parse = |max: Option<&str>, wait: Option<&str>| {
+            TakeParams::parse(Ok(Query(TakeParams {
+                max: max.map(str::to_owned),
+                wait: wait.map(str::to_owned),
+            })))
+        };
+        let t = parse(None, None).unwrap();
+        assert_eq!((t.max, t.wait), (10, Duration::ZERO));
+        let t = parse(Some("100"), Some("30s")).unwrap();
+        assert_eq!((t.max, t.wait), (100, MAX_WAIT));
+        assert_eq!(
+            parse(None, Some("20")).unwrap().wait,
+            Duration::from_secs(20)
+        );
+        for (max, wait) in [
+            (Some("0"), None),
+            (Some("101"), None),
+            (Some("x"), None),
+            (None, Some("31s")),
+            (None, Some("soon")),
+        ] {
+            assert!(parse(max, wait).is_err(), "{max:?} {wait:?}");
+        }
+    }
+}
