@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod edge;
 pub mod error;
 pub mod health;
+pub mod listen;
 pub mod maintenance;
 pub mod metrics;
 pub mod notify;

@@ -96,6 +96,10 @@ enum Command {
         #[arg(long)]
         source: Option<String>,
     },
+    /// Take events from a pull destination of a (remote) hookbox and POST
+    /// each to a local URL: ack on 2xx, nack otherwise. Nothing sent while
+    /// this was not running is lost: it is taken when it runs again.
+    Listen(Box<ListenArgs>),
     /// Run one catch-up pass of SOURCE now (GitHub redelivery or Stripe
     /// backfill) and print what it found and asked for. Waits for a pass
     /// the server is running to finish first.
@@ -105,6 +109,35 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+/// `hookbox listen`'s flags.
+#[derive(clap::Args)]
+struct ListenArgs {
+    /// The hookbox to pull from, e.g. https://hooks.example.com.
+    #[arg(long)]
+    url: reqwest::Url,
+    #[arg(long)]
+    source: String,
+    /// The pull destination's name.
+    #[arg(long)]
+    destination: String,
+    /// The destination's pull token: env:NAME, file:PATH or the token
+    /// itself (visible to other users in the process list; prefer env:).
+    #[arg(long, env = "HOOKBOX_PULL_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Where each event is POSTed, e.g. http://127.0.0.1:3000/webhooks.
+    #[arg(long)]
+    forward_to: reqwest::Url,
+    /// Forward what is due now, then exit.
+    #[arg(long)]
+    once: bool,
+    /// Events per take (1-100).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=100))]
+    max: u16,
+    /// A PEM CA certificate to trust besides the system's.
+    #[arg(long)]
+    ca: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -118,6 +151,10 @@ enum StateArg {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
+    // A client of another hookbox: no config, no database.
+    if let Command::Listen(args) = cli.command {
+        return listen(*args);
+    }
     // Commands that only read or copy the database need no secrets.
     let needs_secrets = matches!(
         cli.command,
@@ -181,6 +218,7 @@ fn main() -> ExitCode {
             source,
         } => report("purge", purge(&config, older_than, source.as_deref())),
         Command::CatchUp { source, dry_run } => catch_up(&config, &source, dry_run),
+        Command::Listen(args) => listen(*args),
         Command::Serve => match serve(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -188,6 +226,55 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+fn listen(args: ListenArgs) -> ExitCode {
+    let ListenArgs {
+        url,
+        source,
+        destination,
+        token,
+        forward_to,
+        once,
+        max,
+        ca,
+    } = args;
+    let token = match config::resolve_secret(&token) {
+        Ok(token) => token,
+        Err(why) => {
+            eprintln!("hookbox listen: --token: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let listen = hookbox::listen::Listen {
+        url,
+        source,
+        destination,
+        token,
+        forward_to,
+        once,
+        max: usize::from(max),
+        wait: Duration::from_secs(20),
+        ca,
+    };
+    let ran = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                let stop = CancellationToken::new();
+                hookbox::shutdown::cancel_on_signal(stop.clone())?;
+                hookbox::listen::run(listen, stop).await
+            })
+        });
+    match ran {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hookbox listen: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

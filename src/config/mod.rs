@@ -37,7 +37,7 @@ pub use catchup::{
 pub use deliver::{DEFAULT_NAME, DeliverConfig, Destination, RawDeliver, RawDestinations};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use ops::{BackupConfig, RetentionConfig};
-pub use secret::Secret;
+pub use secret::{Secret, resolve as resolve_secret};
 pub use tls::{AcmeConfig, RawAcme, RawTls, TlsConfig, TlsFiles};
 
 /// Where the config is looked for when `--config` is not given.

@@ -1,6 +1,6 @@
-//! The pull API's routes: take (long-poll), ack and nack, on the public
-//! listener behind each destination's token and on the admin listener
-//! behind the admin token.
+//! The pull API's routes: take (long-poll), ack, nack and release, on the
+//! public listener behind each destination's token and on the admin
+//! listener behind the admin token.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -36,6 +36,7 @@ pub fn public_routes(hub: Arc<PullHub>) -> Router {
         .route("/pull/{source}/{destination}", post(public_take))
         .route("/pull/{source}/{destination}/ack", post(public_ack))
         .route("/pull/{source}/{destination}/nack", post(public_nack))
+        .route("/pull/{source}/{destination}/release", post(public_release))
         .with_state(hub)
 }
 
@@ -46,6 +47,10 @@ pub fn admin_routes(hub: Arc<PullHub>) -> Router {
         .route("/api/pull/{source}/{destination}", post(admin_take))
         .route("/api/pull/{source}/{destination}/ack", post(admin_ack))
         .route("/api/pull/{source}/{destination}/nack", post(admin_nack))
+        .route(
+            "/api/pull/{source}/{destination}/release",
+            post(admin_release),
+        )
         .with_state(hub)
 }
 
@@ -194,6 +199,29 @@ async fn public_nack(
     let (lane, _) = admitted(&hub, &source, &destination, &parts)?;
     let body = json_body(parts, body).await;
     settle(&hub, &lane, body, Verdict::Nack).await
+}
+
+async fn public_release(
+    State(hub): State<Arc<PullHub>>,
+    Path((source, destination)): Path<(String, String)>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let (parts, body) = request.into_parts();
+    let (lane, _) = admitted(&hub, &source, &destination, &parts)?;
+    let body = json_body(parts, body).await;
+    release_leases(&hub, &lane, body).await
+}
+
+async fn admin_release(
+    State(hub): State<Arc<PullHub>>,
+    Path((source, destination)): Path<(String, String)>,
+    body: Result<Json<SettleBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let lane = hub
+        .lane(&source, &destination)
+        .cloned()
+        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    release_leases(&hub, &lane, body).await
 }
 
 async fn admin_ack(
@@ -371,14 +399,10 @@ fn parse_lease(text: &str) -> Option<Lease> {
     Some(Lease { delivery, token })
 }
 
-/// Acks or nacks the leases in `body`; answers how many were settled and
-/// which were stale.
-async fn settle(
-    hub: &PullHub,
-    lane: &PullLane,
+/// The body of an ack, nack or release, and its leases parsed.
+fn leases_of(
     body: Result<Json<SettleBody>, JsonRejection>,
-    verdict: Verdict,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<(SettleBody, Vec<Lease>), ApiError> {
     let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
     if body.leases.len() > MAX_SETTLE {
         return Err(ApiError::bad_request(
@@ -399,6 +423,32 @@ async fn settle(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    Ok((body, leases))
+}
+
+/// Gives leases back unused (a consumer stopping before it tried them):
+/// no attempt is counted and the deliveries are due again at once.
+async fn release_leases(
+    hub: &PullHub,
+    lane: &PullLane,
+    body: Result<Json<SettleBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let (_, leases) = leases_of(body)?;
+    let n = leases.len();
+    hub.writer.release(leases).await.map_err(unavailable)?;
+    lane.wake.notify_waiters();
+    Ok(Json(json!({ "released": n })))
+}
+
+/// Acks or nacks the leases in `body`; answers how many were settled and
+/// which were stale.
+async fn settle(
+    hub: &PullHub,
+    lane: &PullLane,
+    body: Result<Json<SettleBody>, JsonRejection>,
+    verdict: Verdict,
+) -> Result<Json<Value>, ApiError> {
+    let (body, leases) = leases_of(body)?;
     let now = clock::now_ms();
     let (max_attempts, base, cap) = (lane.max_attempts, lane.backoff_base, lane.backoff_cap);
     let (decide, error): (Arc<dyn Fn(u32) -> Settled + Send + Sync>, _) = match verdict {

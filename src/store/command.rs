@@ -23,8 +23,8 @@ use super::writer::StoreError;
 #[derive(Debug, Default)]
 pub struct Claims {
     pub jobs: Vec<Claimed>,
-    /// The earliest time (unix ms) an unleased pending delivery of the
-    /// asked lanes becomes claimable, if any.
+    /// The earliest time (unix ms) a delivery of the asked lanes may become
+    /// claimable, if any: the next one due, or a lease running out.
     pub next_due: Option<i64>,
 }
 
@@ -106,6 +106,14 @@ pub enum Applied {
     Done,
 }
 
+/// The earlier of two optional times.
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 impl WriteCmd {
     /// Applies the command inside the group's transaction.
     pub(super) fn apply(&self, tx: &Transaction) -> anyhow::Result<Applied> {
@@ -137,11 +145,11 @@ impl WriteCmd {
                             .jobs
                             .extend(dispatch::claim(tx, from, *now, *lease_until)?);
                     }
-                    let due = dispatch::next_due(tx, source, destination, *now)?;
-                    claims.next_due = match (claims.next_due, due) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    let due = earliest(
+                        dispatch::next_due(tx, source, destination, *now)?,
+                        dispatch::next_lease_end(tx, source, destination)?,
+                    );
+                    claims.next_due = earliest(claims.next_due, due);
                 }
                 Applied::Claimed(claims)
             }

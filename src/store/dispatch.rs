@@ -250,6 +250,22 @@ pub fn next_due(
     })
 }
 
+/// When the first lease of lane (`source`, `destination`) runs out, if it
+/// holds any: its delivery (and any of its key held behind it) is
+/// claimable again then. Only a pull consumer that went away lets one run
+/// out; the dispatcher renews its own.
+pub fn next_lease_end(
+    conn: &Connection,
+    source: &str,
+    destination: &str,
+) -> anyhow::Result<Option<i64>> {
+    conn.prepare_cached(
+        "SELECT min(lease_until) FROM leases WHERE source = ?1 AND destination = ?2",
+    )?
+    .query_row(params![source, destination], |r| r.get(0))
+    .context("finding when a lease runs out")
+}
+
 /// Brings retries scheduled under a wall clock since set back within
 /// reach: none is ever scheduled more than `max_delay_ms` ahead, so one
 /// due later than `now + max_delay_ms` was scheduled before the clock went

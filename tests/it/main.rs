@@ -20,6 +20,7 @@ mod filter;
 mod helpers;
 mod hostile;
 mod limits;
+mod listen;
 mod load;
 mod metrics;
 mod one_server;

@@ -1,0 +1,206 @@
+//! `hookbox listen` as a developer runs it: the real binary pulling from a
+//! real server and forwarding to a local endpoint.
+
+use std::collections::BTreeSet;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::cli::hookbox;
+use crate::deliver::{Downstream, Reply, eventually};
+use crate::helpers::*;
+
+const TOKEN: &str = "listen-token-0123456789";
+
+fn source() -> String {
+    format!(
+        r#"{GITHUB_SOURCE}order_key = ["/repository/full_name"]
+[[sources.deliver]]
+name = "laptop"
+pull = {{ token = "{TOKEN}" }}
+timeout = "3s"
+backoff_base = "100ms"
+backoff_cap = "200ms"
+"#
+    )
+}
+
+fn listen(app: &TestApp, down: &Downstream, extra: &[&str]) -> std::process::Command {
+    let mut cmd = hookbox();
+    cmd.args(["listen", "--url", &app.url(""), "--source", "github"])
+        .args(["--destination", "laptop", "--forward-to", &down.url()])
+        .args(extra)
+        .env("HOOKBOX_PULL_TOKEN", TOKEN);
+    cmd
+}
+
+fn spawn(mut cmd: std::process::Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to 30 s for `probe`; if it never holds, stops `child` and
+/// fails showing what it printed.
+async fn until(child: Child, what: &str, mut probe: impl FnMut() -> bool) -> Child {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !probe() {
+        if std::time::Instant::now() > deadline {
+            stop(child);
+            panic!("gave up waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child
+}
+
+/// Kills `child` and shows what it printed, for a failing test's log.
+fn stop(mut child: Child) {
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    eprintln!(
+        "listen printed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn delivered(app: &TestApp) -> i64 {
+    app.count("SELECT count(*) FROM deliveries WHERE state = 'delivered'")
+}
+
+async fn post_all(app: &TestApp, ids: &[String]) {
+    for (i, id) in ids.iter().enumerate() {
+        let body = format!(
+            r#"{{"repository":{{"full_name":"acme/r{}"}},"n":{i}}}"#,
+            i % 3
+        );
+        assert_eq!(app.post_github(id, body.as_bytes()).await.status(), 202);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_forwards_what_arrived_while_it_was_away_with_body_and_headers_then_exits() {
+    let app = TestApp::spawn(&source()).await;
+    let down = Downstream::start(|_, _| Reply::status(204)).await;
+    let ids: Vec<String> = (0..12).map(|i| format!("away-{i}")).collect();
+    post_all(&app, &ids).await;
+    let out = listen(&app, &down, &["--once"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hits = down.hits();
+    let got: BTreeSet<&str> = hits.iter().map(|h| h.header("x-github-delivery")).collect();
+    assert_eq!(got, ids.iter().map(String::as_str).collect());
+    assert_eq!(hits.len(), 12, "each once");
+    assert_eq!(hits[0].header("content-type"), "application/json");
+    assert_eq!(hits[0].header("x-github-event"), "push");
+    assert!(hits[0].body.starts_with(br#"{"repository""#));
+    // One line per event: time, source, type, delivery id, event id, status, ms.
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 12, "{stdout}");
+    let fields: Vec<&str> = lines[0].split(' ').collect();
+    assert_eq!(fields[1..4], ["github", "push", "away-0"], "{}", lines[0]);
+    assert_eq!(fields[5], "204");
+    assert!(fields[6].ends_with("ms"));
+    assert_eq!(delivered(&app), 12);
+    // Per key, in arrival order.
+    for key in 0..3 {
+        let of_key: Vec<&str> = hits
+            .iter()
+            .map(|h| h.header("x-github-delivery"))
+            .filter(|d| d.trim_start_matches("away-").parse::<usize>().unwrap() % 3 == key)
+            .collect();
+        let mut sorted = of_key.clone();
+        sorted.sort_by_key(|d| d.trim_start_matches("away-").parse::<usize>().unwrap());
+        assert_eq!(of_key, sorted);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_local_endpoint_is_nacked_and_retried_until_it_answers() {
+    let app = TestApp::spawn(&source()).await;
+    // The first try of each event fails.
+    let tries = std::sync::Mutex::new(std::collections::HashMap::<String, u32>::new());
+    let down = Downstream::start(move |delivery, _| {
+        let mut tries = tries.lock().unwrap();
+        let n = tries.entry(delivery.to_owned()).or_default();
+        *n += 1;
+        Reply::status(if *n == 1 { 500 } else { 200 })
+    })
+    .await;
+    let ids: Vec<String> = (0..3).map(|i| format!("flaky-{i}")).collect();
+    post_all(&app, &ids).await;
+    let child = spawn(listen(&app, &down, &[]));
+    let child = until(child, "every event delivered", || delivered(&app) == 3).await;
+    stop(child);
+    let failed = down.hits().iter().filter(|h| !h.ok()).count();
+    assert_eq!(failed, 3, "each failed once, then went through");
+    assert_eq!(
+        app.count("SELECT count(*) FROM attempts WHERE outcome = 'retry'"),
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_stream_and_restarted_every_event_arrives_and_ends_delivered() {
+    let app = TestApp::spawn(&source()).await;
+    let down = Downstream::start(|_, _| Reply::status(204).after(Duration::from_millis(30))).await;
+    let ids: Vec<String> = (0..40).map(|i| format!("k-{i}")).collect();
+    post_all(&app, &ids).await;
+    let child = spawn(listen(&app, &down, &["--max", "5"]));
+    let child = until(child, "a few forwarded", || down.hits().len() >= 8).await;
+    // SIGKILL: no chance to give anything back.
+    stop(child);
+    let child = spawn(listen(&app, &down, &["--max", "5"]));
+    let child = until(child, "every event delivered", || delivered(&app) == 40).await;
+    stop(child);
+    let got: BTreeSet<String> = down
+        .hits()
+        .iter()
+        .map(|h| h.header("x-github-delivery").to_owned())
+        .collect();
+    assert_eq!(got, ids.into_iter().collect());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_gives_back_what_it_holds_at_once_and_exits_0() {
+    let app = TestApp::spawn(&source()).await;
+    // Slow enough that listen holds a batch when SIGINT comes.
+    let down = Downstream::start(|_, _| Reply::status(204).after(Duration::from_millis(300))).await;
+    let ids: Vec<String> = (0..10).map(|i| format!("int-{i}")).collect();
+    post_all(&app, &ids).await;
+    let mut child = spawn(listen(&app, &down, &["--max", "10"]));
+    eventually("the first forwarded", || {
+        (!down.hits().is_empty()).then_some(())
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    // What it had not forwarded is due at once, not when the 3 s leases
+    // would have run out.
+    let left = app.count("SELECT count(*) FROM deliveries WHERE state = 'pending'");
+    assert!(left > 0, "SIGINT came after everything was forwarded");
+    let took = app
+        .client
+        .post(app.url("/pull/github/laptop?max=100"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    let n = took["events"].as_array().unwrap().len();
+    assert!(n > 0, "nothing was given back: {took}");
+    assert_eq!(
+        app.count("SELECT count(*) FROM attempts WHERE outcome = 'retry'"),
+        0,
+        "giving back counts no attempt"
+    );
+}
