@@ -196,12 +196,14 @@ pub fn delivered_ids(hits: &[Hit]) -> Vec<String> {
 
 /// Records one run in a directory of its own under `$1`: its arguments
 /// after the first two, one a line; its `HOOKBOX_*` environment; its
-/// stdin. Sleeps `$2` seconds, then renames the directory into place,
-/// so a run is seen whole or not at all (`.run-*` while it runs).
+/// stdin; the process that started it. Sleeps `$2` seconds, then renames
+/// the directory into place, so a run is seen whole or not at all
+/// (`.run-*` while it runs).
 const RECORD_RUN: &str = r#"
 out="$1"; delay="$2"; shift 2
 run="$out/.run-$$"
 mkdir "$run"
+echo "$PPID" > "$run/parent"
 printf '%s\n' "$@" > "$run/args"
 env | grep '^HOOKBOX_' | sort > "$run/env"
 cat > "$run/stdin"
@@ -220,6 +222,8 @@ pub struct Run {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub stdin: Vec<u8>,
+    /// The pid of the hookbox that ran it.
+    pub parent: u32,
 }
 
 impl Run {
@@ -274,6 +278,7 @@ impl Recorder {
                         .map(|(k, v)| (k.to_owned(), v.to_owned()))
                         .collect(),
                     stdin: read("stdin"),
+                    parent: text("parent").trim().parse().unwrap(),
                 }
             })
             .collect()
@@ -579,6 +584,24 @@ async fn a_410_at_one_destination_makes_only_that_delivery_dead() {
             ("chat".into(), "delivered".into(), 1),
             ("ci".into(), "dead".into(), 1)
         ]
+    );
+    let attempts: Vec<(String, i64, String, Option<i64>)> = open(&db)
+        .prepare(
+            "SELECT destination, attempt, outcome, status_code FROM attempts
+             WHERE event_id = ?1 ORDER BY destination, id",
+        )
+        .unwrap()
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            ("chat".into(), 1, "delivered".into(), Some(204)),
+            ("ci".into(), 1, "dead".into(), Some(410))
+        ],
+        "each attempt under its destination"
     );
     assert_eq!(ci.hits().len(), 1, "410 is permanent: no retry");
     assert_eq!(delivered_ids(&chat.hits()), ["gone"]);
@@ -919,7 +942,10 @@ async fn a_destination_added_to_the_config_gets_the_old_events_its_filter_takes_
         .unwrap();
     assert!(
         out.status.success(),
-        "hookbox replay --since {since}: {out:?}"
+        "hookbox replay --since {since}: {:?}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(routed_to(&db, "archive"), ["late-push", "push-dev"]);
     let server = serve(&dir, &third, 2).await;
