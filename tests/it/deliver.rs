@@ -375,7 +375,7 @@ pub struct AttemptRow {
     pub error: Option<String>,
 }
 
-fn open(db: &Path) -> rusqlite::Connection {
+pub fn open(db: &Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
     conn
@@ -453,7 +453,12 @@ pub async fn wait_for_state(db: &Path, id: i64, state: &str) -> EventRow {
 /// Verifies a forwarded request the way the user's app would, with
 /// hookbox's own Standard Webhooks verifier.
 fn verify_signature(hit: &Hit) -> Result<(), String> {
-    Standard::new(&[Secret::new(SIGNING_SECRET)], 300)
+    verify_signature_with(SIGNING_SECRET, hit)
+}
+
+/// [`verify_signature`] against the destination's own `secret`.
+pub fn verify_signature_with(secret: &str, hit: &Hit) -> Result<(), String> {
+    Standard::new(&[Secret::new(secret)], 300)
         .verify(&Inbound::new(&hit.headers, &hit.body), now_secs())
         .map_err(|e| format!("{e:?}"))
 }

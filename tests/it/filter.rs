@@ -16,16 +16,7 @@ async fn only_events_the_filter_matches_are_delivered_the_rest_are_stored() {
         let client = app.client.clone();
         let url = app.url("/hooks/github");
         async move {
-            let r = client
-                .post(url)
-                .header("content-type", "application/json")
-                .header("x-github-event", event)
-                .header("x-github-delivery", delivery)
-                .header(
-                    "x-hub-signature-256",
-                    github_signature(GITHUB_SECRET, body.as_bytes()),
-                )
-                .body(body)
+            let r = github_event_request(&client, &url, event, delivery, body.as_bytes())
                 .send()
                 .await
                 .unwrap();

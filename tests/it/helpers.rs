@@ -118,10 +118,21 @@ pub fn github_request(
     delivery: &str,
     body: &[u8],
 ) -> reqwest::RequestBuilder {
+    github_event_request(client, url, "push", delivery, body)
+}
+
+/// [`github_request`] for an event of type `event` (`X-GitHub-Event`).
+pub fn github_event_request(
+    client: &reqwest::Client,
+    url: &str,
+    event: &str,
+    delivery: &str,
+    body: &[u8],
+) -> reqwest::RequestBuilder {
     client
         .post(url)
         .header("content-type", "application/json")
-        .header("x-github-event", "push")
+        .header("x-github-event", event)
         .header("x-github-delivery", delivery)
         .header("x-hub-signature-256", github_signature(GITHUB_SECRET, body))
         .body(body.to_vec())
@@ -322,6 +333,31 @@ impl ChildServer {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin_addr, path)
+    }
+
+    /// GETs `path` on the admin listener with the token.
+    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .get(self.admin_url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// POSTs `body` as JSON to `path` on the admin listener with the token.
+    pub async fn admin_post(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(self.admin_url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// Whether the process is still running.

@@ -29,6 +29,8 @@ mod quick_start;
 mod read_only;
 mod receive;
 mod retention;
+mod routes;
+mod routes_crash;
 mod secrets;
 mod soak;
 mod storage;
