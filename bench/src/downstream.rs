@@ -1,14 +1,18 @@
-//! The destination hookbox delivers to in `--deliver` runs: an HTTP/1.1
+//! The destinations hookbox delivers to in `--deliver` runs: an HTTP/1.1
 //! server on 127.0.0.1 that answers every request `204 No Content` at once.
 //!
-//! It runs on its own thread with its own current-thread runtime, so the
-//! load generator's connections never delay it (or its clock readings). For
-//! each request it records when the request head arrived (an [`Instant`] of
-//! this process, comparable with the times the load generator takes) and
-//! which delivery it carries (`x-github-delivery`, else
-//! `x-hookbox-delivery-id`). It also checks the Standard Webhooks signature
-//! hookbox puts on every request and counts the ones that do not verify; the
-//! answer is 204 either way, so a bad signature never causes a retry.
+//! It serves one path per destination (a *lane*: `/hook` for the single
+//! destination, `/a` and `/b` with `--routes`), each with its own signing
+//! key and its own record of what arrived. A request to any other path is
+//! counted as stray. It runs on its own thread with its own current-thread
+//! runtime, so the load generator's connections never delay it (or its
+//! clock readings). For each request it records when the request head
+//! arrived (an [`Instant`] of this process, comparable with the times the
+//! load generator takes) and which delivery it carries
+//! (`x-github-delivery`, else `x-hookbox-delivery-id`). It also checks the
+//! Standard Webhooks signature hookbox puts on every request with the
+//! lane's key and counts the ones that do not verify; the answer is 204
+//! either way, so a bad signature never causes a retry.
 
 use anyhow::{Context, Result};
 use base64::Engine as _;
@@ -50,17 +54,26 @@ pub struct Seen {
     pub body_errors: u64,
 }
 
+/// What every lane saw, behind one lock.
+struct Record {
+    /// Per lane, in the order [`Downstream::start`] was given them.
+    lanes: Vec<Seen>,
+    /// Requests to a path no lane serves.
+    stray: u64,
+}
+
 pub struct Downstream {
     pub addr: SocketAddr,
-    seen: Arc<Mutex<Seen>>,
+    record: Arc<Mutex<Record>>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Downstream {
-    /// Binds 127.0.0.1:0 and starts serving on a new thread. `signing_key`
-    /// is the decoded `whsec_` secret hookbox signs with.
-    pub fn start(signing_key: Vec<u8>) -> Result<Downstream> {
+    /// Binds 127.0.0.1:0 and starts serving on a new thread. `lanes` are
+    /// `(path, signing key)`: the path a destination posts to and the
+    /// decoded `whsec_` secret hookbox signs its requests with.
+    pub fn start(lanes: Vec<(String, Vec<u8>)>) -> Result<Downstream> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .context("binding the downstream listener")?;
         listener
@@ -73,14 +86,20 @@ impl Downstream {
             .enable_all()
             .build()
             .context("building the downstream runtime")?;
-        let seen = Arc::new(Mutex::new(Seen {
-            arrivals: Vec::with_capacity(256 * 1024),
-            ..Seen::default()
+        let record = Arc::new(Mutex::new(Record {
+            lanes: lanes
+                .iter()
+                .map(|_| Seen {
+                    arrivals: Vec::with_capacity(256 * 1024),
+                    ..Seen::default()
+                })
+                .collect(),
+            stray: 0,
         }));
         let (stop, stopped) = oneshot::channel();
         let state = Arc::new(State {
-            seen: Arc::clone(&seen),
-            key: signing_key,
+            record: Arc::clone(&record),
+            lanes,
         });
         let thread = std::thread::Builder::new()
             .name("downstream".to_owned())
@@ -101,26 +120,31 @@ impl Downstream {
             .context("starting the downstream thread")?;
         Ok(Downstream {
             addr,
-            seen,
+            record,
             stop: Some(stop),
             thread: Some(thread),
         })
     }
 
-    /// Distinct delivery ids seen so far.
-    pub fn distinct(&self) -> usize {
-        self.lock().first.len()
+    /// Distinct delivery ids lane `lane` has seen so far.
+    pub fn distinct(&self, lane: usize) -> usize {
+        self.lock().lanes[lane].first.len()
     }
 
-    /// Runs `f` over what has been seen so far.
-    pub fn with_seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
-        f(&self.lock())
+    /// Runs `f` over what lane `lane` has seen so far.
+    pub fn with_seen<T>(&self, lane: usize, f: impl FnOnce(&Seen) -> T) -> T {
+        f(&self.lock().lanes[lane])
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
-        // A panic while holding the lock cannot leave `Seen` half-updated in
-        // a way that matters for counting; keep going.
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    /// Requests to a path no lane serves.
+    pub fn stray(&self) -> u64 {
+        self.lock().stray
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Record> {
+        // A panic while holding the lock cannot leave `Record` half-updated
+        // in a way that matters for counting; keep going.
+        self.record.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stops serving and joins the thread.
@@ -141,8 +165,9 @@ impl Drop for Downstream {
 }
 
 struct State {
-    seen: Arc<Mutex<Seen>>,
-    key: Vec<u8>,
+    record: Arc<Mutex<Record>>,
+    /// `(path, signing key)` per lane.
+    lanes: Vec<(String, Vec<u8>)>,
 }
 
 async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
@@ -175,16 +200,25 @@ async fn handle(
 ) -> Result<Response<Empty<Bytes>>, Infallible> {
     let at = Instant::now();
     let (parts, body) = req.into_parts();
+    let lane = state
+        .lanes
+        .iter()
+        .position(|(path, _)| path == parts.uri.path());
     let id = header(&parts.headers, "x-github-delivery")
         .or_else(|| header(&parts.headers, "x-hookbox-delivery-id"))
         .map(str::to_owned);
     let body = body.collect().await.map(|b| b.to_bytes());
+    let Some(lane) = lane else {
+        state.record.lock().unwrap_or_else(|e| e.into_inner()).stray += 1;
+        return Ok(no_content());
+    };
     let signature_ok = match &body {
-        Ok(body) => verify(&state.key, &parts.headers, body),
+        Ok(body) => verify(&state.lanes[lane].1, &parts.headers, body),
         Err(_) => false,
     };
     {
-        let mut seen = state.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut record = state.record.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = &mut record.lanes[lane];
         if body.is_err() {
             seen.body_errors += 1;
         }
@@ -199,9 +233,13 @@ async fn handle(
             None => seen.no_id += 1,
         }
     }
+    Ok(no_content())
+}
+
+fn no_content() -> Response<Empty<Bytes>> {
     let mut resp = Response::new(Empty::new());
     *resp.status_mut() = StatusCode::NO_CONTENT;
-    Ok(resp)
+    resp
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -247,7 +285,57 @@ pub fn whsec(key: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::Full;
     use hyper::header::HeaderValue;
+
+    /// POSTs `body` to `path`, signed with `key`, on a fresh connection.
+    async fn post(addr: SocketAddr, path: &str, key: &[u8], id: &str, body: &'static [u8]) {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = Request::post(path)
+            .header("host", addr.to_string())
+            .header("x-github-delivery", id)
+            .header("webhook-id", id)
+            .header("webhook-timestamp", "1700000000")
+            .header(
+                "webhook-signature",
+                format!("v1,{}", sign(key, id, "1700000000", body)),
+            )
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    }
+
+    #[tokio::test]
+    async fn each_path_is_a_lane_with_its_own_key_and_other_paths_are_stray() {
+        let (ka, kb) = (b"key-a".to_vec(), b"key-b".to_vec());
+        let mut d =
+            Downstream::start(vec![("/a".into(), ka.clone()), ("/b".into(), kb.clone())]).unwrap();
+        post(d.addr, "/a", &ka, "one", b"{}").await;
+        post(d.addr, "/a", &ka, "one", b"{}").await;
+        post(d.addr, "/b", &kb, "one", b"{}").await;
+        // Signed with a's key: b counts a bad signature.
+        post(d.addr, "/b", &ka, "two", b"{}").await;
+        post(d.addr, "/hook", &ka, "three", b"{}").await;
+        d.stop();
+        d.with_seen(0, |a| {
+            assert_eq!(
+                (a.arrivals.len(), a.first.len(), a.bad_signature),
+                (2, 1, 0)
+            );
+        });
+        d.with_seen(1, |b| {
+            assert_eq!(
+                (b.arrivals.len(), b.first.len(), b.bad_signature),
+                (2, 2, 1)
+            );
+        });
+        assert_eq!((d.distinct(0), d.distinct(1), d.stray()), (1, 2, 1));
+    }
 
     #[test]
     fn verifies_the_standard_webhooks_reference_vector() {

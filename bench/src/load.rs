@@ -6,7 +6,7 @@
 //! warm-up and answered before the deadline. Every answer, warm-up included,
 //! counts toward the totals, which the row check compares with the database.
 
-use crate::payload::{Delivery, Signer};
+use crate::payload::{Delivery, Parity, Signer};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -42,25 +42,55 @@ pub struct LoadConfig {
 /// When each accepted delivery id got its 202, by this process's clock.
 #[derive(Default)]
 pub struct Receipts {
-    map: Mutex<HashMap<String, Instant>>,
+    inner: Mutex<ReceiptMap>,
+}
+
+/// One accepted delivery id.
+#[derive(Clone, Copy)]
+pub struct Receipt {
+    /// When its 202 came back.
+    pub at: Instant,
+    /// Which half it is in, for destinations that take one half.
+    pub parity: Parity,
+}
+
+#[derive(Default)]
+struct ReceiptMap {
+    map: HashMap<String, Receipt>,
+    /// Of `map`, the even ones: counted as they come, so a waiter can
+    /// compare counts without walking the map.
+    even: usize,
 }
 
 impl Receipts {
-    fn record(&self, id: String, at: Instant) {
-        self.lock().insert(id, at);
+    fn record(&self, id: String, receipt: Receipt) {
+        let mut inner = self.lock();
+        let even = receipt.parity == Parity::Even;
+        if inner.map.insert(id, receipt).is_none() && even {
+            inner.even += 1;
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().map.len()
     }
 
-    /// Runs `f` over every (delivery id, 202 time) recorded.
-    pub fn with_map<T>(&self, f: impl FnOnce(&HashMap<String, Instant>) -> T) -> T {
-        f(&self.lock())
+    /// Accepted ids of one parity.
+    pub fn len_of(&self, parity: Parity) -> usize {
+        let inner = self.lock();
+        match parity {
+            Parity::Even => inner.even,
+            Parity::Odd => inner.map.len() - inner.even,
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    /// Runs `f` over every (delivery id, receipt) recorded.
+    pub fn with_map<T>(&self, f: impl FnOnce(&HashMap<String, Receipt>) -> T) -> T {
+        f(&self.lock().map)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReceiptMap> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -254,7 +284,10 @@ async fn connection(cfg: Arc<LoadConfig>, conn: u32, start: Instant) -> Outcome 
             }
         };
         let delivery = cfg.signer.delivery(conn, seq);
-        let receipt_id = cfg.receipts.is_some().then(|| delivery.id.clone());
+        let receipt_id = cfg
+            .receipts
+            .is_some()
+            .then(|| (delivery.id.clone(), delivery.parity));
         let req = request(delivery, &host);
 
         let sent = Instant::now();
@@ -289,9 +322,10 @@ async fn connection(cfg: Arc<LoadConfig>, conn: u32, start: Instant) -> Outcome 
                             );
                         } else {
                             acked.push((seq, id));
-                            if let (Some(receipts), Some(delivery_id)) = (&cfg.receipts, receipt_id)
+                            if let (Some(receipts), Some((delivery_id, parity))) =
+                                (&cfg.receipts, receipt_id)
                             {
-                                receipts.record(delivery_id, done);
+                                receipts.record(delivery_id, Receipt { at: done, parity });
                             }
                         }
                     }
@@ -472,6 +506,23 @@ mod tests {
         assert_eq!(out.quantile_ms(0.99), 0.99);
         assert_eq!(out.quantile_ms(0.999), 0.999);
         assert_eq!(out.quantile_ms(1.0), 1.0);
+    }
+
+    #[test]
+    fn receipts_count_each_parity() {
+        let r = Receipts::default();
+        let at = Instant::now();
+        for (id, parity) in [
+            ("a", Parity::Even),
+            ("b", Parity::Odd),
+            ("c", Parity::Even),
+            ("a", Parity::Even),
+        ] {
+            r.record(id.to_owned(), Receipt { at, parity });
+        }
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.len_of(Parity::Even), 2);
+        assert_eq!(r.len_of(Parity::Odd), 1);
     }
 
     #[test]

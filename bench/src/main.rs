@@ -17,6 +17,11 @@
 //! backlog takes to drain after the ingest stops, and checks that every row
 //! ends `delivered` and every accepted id reached the downstream (see
 //! `deliver`). `--idle` paces one connection at one request every 20 ms.
+//! `--routes` (with `--deliver`) gives the source two `[[sources.deliver]]`
+//! destinations instead, `a` taking every event and `b` a filter that takes
+//! half of them, each posting to its own path of the downstream; every
+//! delivery figure and check is then per destination, and `b` must get
+//! exactly the events its filter takes.
 //!
 //! `server` owns the child process, `load` the connections and their
 //! figures, `payload` the signed request bodies, `downstream` the delivery
@@ -41,7 +46,9 @@ use deliver::Figures;
 use downstream::Downstream;
 use load::{LoadConfig, Outcome, Receipts};
 use payload::Signer;
-use server::{SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_status_kib};
+use server::{
+    Deliver, SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_status_kib,
+};
 
 /// How long the server idles after /readyz before its idle RSS is read.
 const IDLE_SETTLE: Duration = Duration::from_millis(500);
@@ -95,6 +102,11 @@ struct Args {
     /// 204 at once, default deliver settings) and report delivery figures.
     #[arg(long)]
     deliver: bool,
+    /// With --deliver: two named destinations instead of one, `a` (every
+    /// event) and `b` (push events whose body has "even" at
+    /// /hookbox_bench/parity: half), posting to /a and /b of the downstream.
+    #[arg(long, requires = "deliver")]
+    routes: bool,
     /// One connection sending one request every 20 ms (overrides
     /// --connections and --pace-ms): latency when idle.
     #[arg(long)]
@@ -141,6 +153,8 @@ impl Args {
     fn scenario(&self) -> String {
         match &self.scenario {
             Some(s) => s.clone(),
+            None if self.routes && self.idle => "deliver2_idle".to_owned(),
+            None if self.routes => "deliver2".to_owned(),
             None if self.deliver && self.idle => "deliver_idle".to_owned(),
             None if self.deliver => "deliver".to_owned(),
             None if self.idle => "idle".to_owned(),
@@ -257,22 +271,24 @@ async fn scenario(args: Args) -> Result<bool> {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0x5eed);
     // The downstream comes first: the server's config names its port.
+    let lanes = if args.deliver {
+        deliver::lanes(args.routes, nonce)
+    } else {
+        Vec::new()
+    };
     let mut downstream = None;
-    let mut deliver_to = None;
+    let mut deliver_to = Deliver::Nowhere;
     if args.deliver {
-        let key: Vec<u8> = (0..24u32)
-            .map(|i| (nonce.rotate_left(i * 7) >> 3) as u8 ^ (i as u8).wrapping_mul(37))
-            .collect();
-        let d = Downstream::start(key.clone())?;
-        deliver_to = Some((format!("http://{}/hook", d.addr), downstream::whsec(&key)));
+        let d = Downstream::start(
+            lanes
+                .iter()
+                .map(|l| (l.path.clone(), l.key.clone()))
+                .collect(),
+        )?;
+        deliver_to = deliver::config(&lanes, d.addr, args.routes);
         downstream = Some(d);
     }
-    let (mut server, startup) = Server::start(
-        &binary,
-        &args.durability,
-        deliver_to.as_ref().map(|(u, s)| (u.as_str(), s.as_str())),
-    )
-    .await?;
+    let (mut server, startup) = Server::start(&binary, &args.durability, &deliver_to).await?;
     let pid = server.pid();
     if args.keep {
         eprintln!("keeping {}", server.keep_dir().display());
@@ -284,6 +300,14 @@ async fn scenario(args: Args) -> Result<bool> {
     let sampler = tokio::spawn(sample_rss(pid, Arc::clone(&peak)));
 
     let receipts = args.deliver.then(|| Arc::new(Receipts::default()));
+    let signer = Signer::new(SECRET.as_bytes(), nonce)?;
+    // Only the routes' filter reads the parity: every other run sends the
+    // bodies it always sent.
+    let signer = if args.routes {
+        signer.with_parity()
+    } else {
+        signer
+    };
     let cfg = LoadConfig {
         addr: server.public,
         connections: args.connections(),
@@ -291,7 +315,7 @@ async fn scenario(args: Args) -> Result<bool> {
         duration: Duration::from_secs_f64(args.duration),
         duplicates: args.duplicates,
         request_timeout: Duration::from_secs_f64(args.request_timeout),
-        signer: Arc::new(Signer::new(SECRET.as_bytes(), nonce)?),
+        signer: Arc::new(signer),
         seed: nonce.rotate_left(17),
         pace: args.pace(),
         receipts: receipts.clone(),
@@ -312,6 +336,7 @@ async fn scenario(args: Args) -> Result<bool> {
         (Some(d), Some(r), Ok(_)) => Some(
             deliver::wait_for_drain(
                 d,
+                &lanes,
                 r,
                 &server.database,
                 ingest_end + Duration::from_secs_f64(args.drain_timeout),
@@ -335,15 +360,17 @@ async fn scenario(args: Args) -> Result<bool> {
         (Some(d), Some(r), Some(drain)) => {
             // Whatever arrived during the shutdown counts too.
             d.stop();
-            Some(Figures::collect(
-                d,
-                r,
-                load.window,
+            Some(Figures::collect(&deliver::Run {
+                downstream: d,
+                lanes: &lanes,
+                routes: args.routes,
+                receipts: r,
+                window: load.window,
                 ingest_end,
                 drain,
-                &server.database,
-                &server.log_text(),
-            )?)
+                database: &server.database,
+                log: &server.log_text(),
+            })?)
         }
         _ => None,
     };
@@ -394,10 +421,10 @@ fn mib(kib: u64) -> f64 {
 
 /// A JSON object with its keys in the given order (serde_json's `Map`
 /// sorts them), so the line reads headline figures first.
-fn ordered_json(fields: &[(&str, Value)]) -> String {
+fn ordered_json(fields: &[(String, Value)]) -> String {
     let body: Vec<String> = fields
         .iter()
-        .map(|(k, v)| format!("{}:{v}", Value::from(*k)))
+        .map(|(k, v)| format!("{}:{v}", Value::from(k.as_str())))
         .collect();
     format!("{{{}}}", body.join(","))
 }
@@ -456,7 +483,7 @@ impl Report {
                 .map_or_else(|| "by signal".to_owned(), |c| c.to_string()),
             self.shutdown.as_millis(),
         );
-        let mut fields: Vec<(&str, Value)> = vec![
+        let fields: Vec<(&str, Value)> = vec![
             ("scenario", json!(self.scenario)),
             ("connections", json!(self.args_connections)),
             ("duration", json!(self.duration)),
@@ -493,9 +520,11 @@ impl Report {
             ("duplicates", json!(self.duplicates_share)),
             ("loadgen_threads", json!(self.threads)),
         ];
+        let mut fields: Vec<(String, Value)> =
+            fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
         if let Some(d) = &self.deliver {
-            fields.extend(self.deliver_fields(d));
-            self.print_deliver(d);
+            fields.extend(d.fields(self.duration, self.drain_timeout));
+            d.print(self.duration, self.drain_timeout);
         }
         let line = ordered_json(&fields);
         println!("{line}");
@@ -526,139 +555,10 @@ impl Report {
             );
         }
         if let Some(d) = &self.deliver {
-            ok &= self.check_deliver(d);
+            ok &= d.check(self.drain_timeout);
         }
         if ok {
             println!("OK");
-        }
-        ok
-    }
-
-    fn deliver_fields(&self, d: &Figures) -> Vec<(&'static str, Value)> {
-        let ms = |q: f64| d.latency_ms(q).map(|v| round(v, 3));
-        vec![
-            (
-                "delivered_per_sec",
-                json!(round(d.delivered_in_window as f64 / self.duration, 1)),
-            ),
-            ("recv_to_downstream_p50_ms", json!(ms(0.5))),
-            ("recv_to_downstream_p99_ms", json!(ms(0.99))),
-            ("recv_to_downstream_max_ms", json!(ms(1.0))),
-            (
-                "drain_secs",
-                json!(d.drain.map(|t| round(t.as_secs_f64(), 3))),
-            ),
-            ("backlog_remaining", json!(d.backlog_at_cap)),
-            ("backlog_at_ingest_end", json!(d.backlog_at_ingest_end)),
-            (
-                "drain_per_sec",
-                json!(d.drain_per_sec().map(|r| round(r, 1))),
-            ),
-            ("rows_delivered", json!(d.rows("delivered"))),
-            ("rows_pending", json!(d.rows("pending"))),
-            ("rows_dead", json!(d.rows("dead"))),
-            ("rows_undelivered", json!(d.undelivered_rows())),
-            ("downstream_requests", json!(d.requests)),
-            ("downstream_distinct", json!(d.distinct)),
-            ("downstream_duplicates", json!(d.duplicates)),
-            (
-                "duplicate_max_gap_ms",
-                json!(d.duplicate_max_gap.map(|t| t.as_millis() as u64)),
-            ),
-            ("downstream_missing", json!(d.missing)),
-            ("downstream_unknown", json!(d.unknown)),
-            ("downstream_no_id", json!(d.no_id)),
-            ("bad_signatures", json!(d.bad_signature)),
-            ("latency_samples", json!(d.latencies_us.len())),
-            ("delivered_before_202", json!(d.before_202)),
-            (
-                "db_settle_ms",
-                json!(d.db_settle.map(|t| t.as_millis() as u64)),
-            ),
-            ("pending_at_cap", json!(d.pending_at_cap)),
-            ("attempts_delivered", json!(d.attempts("delivered"))),
-            ("attempts_retry", json!(d.attempts("retry"))),
-            ("attempts_dead", json!(d.attempts("dead"))),
-            ("server_log_warnings", json!(d.log_problems)),
-            ("drain_timeout", json!(self.drain_timeout)),
-        ]
-    }
-
-    fn print_deliver(&self, d: &Figures) {
-        let ms = |q: f64| {
-            d.latency_ms(q)
-                .map_or("-".to_owned(), |v| round(v, 3).to_string())
-        };
-        println!(
-            "  deliver: {} delivered/s | receipt->downstream p50 {} ms p99 {} ms max {} ms ({} samples, {} before the 202) | drain {} | downstream {} requests {} ids {} duplicates {} missing {} unknown {} bad signatures | rows {} | attempts {} | server log {} warn/error lines",
-            round(d.delivered_in_window as f64 / self.duration, 1),
-            ms(0.5),
-            ms(0.99),
-            ms(1.0),
-            d.latencies_us.len(),
-            d.before_202,
-            match d.drain {
-                Some(t) => format!(
-                    "{:.3} s for a backlog of {}{}",
-                    t.as_secs_f64(),
-                    d.backlog_at_ingest_end,
-                    d.drain_per_sec()
-                        .map_or(String::new(), |r| format!(" ({} /s)", round(r, 0)))
-                ),
-                None => format!(
-                    "NOT within {} s ({} ids still unseen)",
-                    self.drain_timeout, d.backlog_at_cap
-                ),
-            },
-            d.requests,
-            d.distinct,
-            d.duplicates,
-            d.missing,
-            d.unknown,
-            d.bad_signature,
-            pairs(&d.states),
-            pairs(&d.attempt_outcomes),
-            d.log_problems,
-        );
-    }
-
-    fn check_deliver(&self, d: &Figures) -> bool {
-        let mut ok = true;
-        for (error, n) in &d.attempt_errors {
-            eprintln!("  failed attempts: {n} x {error}");
-        }
-        for line in &d.log_examples {
-            eprintln!("  server log: {line}");
-        }
-        if d.undelivered_rows() > 0 {
-            ok = false;
-            eprintln!(
-                "FAIL: {} rows are not delivered after the run ({}); pending at the end of the wait: {:?}",
-                d.undelivered_rows(),
-                pairs(&d.states),
-                d.pending_at_cap
-            );
-        }
-        if d.missing > 0 {
-            ok = false;
-            eprintln!(
-                "FAIL: {} ids answered 202 never reached the downstream",
-                d.missing
-            );
-        }
-        if d.drain.is_none() {
-            ok = false;
-            eprintln!(
-                "FAIL: the backlog did not drain within {} s of the ingest ending ({} ids unseen then)",
-                self.drain_timeout, d.backlog_at_cap
-            );
-        }
-        if d.bad_signature > 0 || d.no_id > 0 || d.body_errors > 0 {
-            ok = false;
-            eprintln!(
-                "FAIL: downstream got {} requests with a bad webhook-signature, {} without a delivery id, {} with a broken body",
-                d.bad_signature, d.no_id, d.body_errors
-            );
         }
         ok
     }

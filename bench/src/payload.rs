@@ -8,6 +8,11 @@
 //! load generator spends its CPU sending, not hashing. A delivery is a pure
 //! function of `(connection, seq)`, so a duplicate is rebuilt byte for byte
 //! (same body, same signature) instead of being kept in memory.
+//!
+//! A signer made [`Signer::with_parity`] also writes `"parity":"even"` or
+//! `"odd"` into the tail ([`PARITY_POINTER`]), alternating with each
+//! connection's requests: something for a destination's `when` filter to
+//! take half the events by. Without it the bodies are as they always were.
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -19,6 +24,35 @@ use std::fmt::Write as _;
 /// delivery id and closes the object.
 const PUSH_PREFIX: &str = r#"{"ref":"refs/heads/main","before":"6113728f27ae82c7b1a177c8d03f9e96e0adf246","after":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","repository":{"id":186853002,"name":"shop","full_name":"acme/shop","private":true,"owner":{"name":"acme","email":"ops@acme.example","login":"acme","id":21031067,"type":"Organization","site_admin":false},"html_url":"https://github.com/acme/shop","description":"The shop front end and its checkout service","fork":false,"url":"https://github.com/acme/shop","created_at":1557833520,"updated_at":"2026-11-20T09:12:44Z","pushed_at":1764400000,"clone_url":"https://github.com/acme/shop.git","open_issues_count":17,"default_branch":"main"},"pusher":{"name":"octocat","email":"octocat@users.noreply.github.com"},"sender":{"login":"octocat","id":583231,"type":"User","site_admin":false},"created":false,"deleted":false,"forced":false,"base_ref":null,"compare":"https://github.com/acme/shop/compare/6113728f27ae...59b20b8d5c6f","commits":[{"id":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","distinct":true,"message":"checkout: retry the payment intent lookup once before failing the order","timestamp":"2026-11-29T21:40:12+01:00","url":"https://github.com/acme/shop/commit/59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","author":{"name":"Mona Octocat","email":"octocat@users.noreply.github.com","username":"octocat"},"committer":{"name":"GitHub","email":"noreply@github.com","username":"web-flow"},"added":[],"removed":[],"modified":["checkout/src/payment.rs","checkout/src/order.rs"]}],"head_commit":{"id":"59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","distinct":true,"message":"checkout: retry the payment intent lookup once before failing the order","timestamp":"2026-11-29T21:40:12+01:00","url":"https://github.com/acme/shop/commit/59b20b8d5c6ff8d09518454d4dd8b7b30f095ab5","author":{"name":"Mona Octocat","email":"octocat@users.noreply.github.com","username":"octocat"},"added":[],"removed":[],"modified":["checkout/src/payment.rs","checkout/src/order.rs"]}"#;
 
+/// Where a [`Signer::with_parity`] body says which half it is in.
+pub const PARITY_POINTER: &str = "/hookbox_bench/parity";
+
+/// Which half of the events a delivery is in: `seq` even or odd, so each
+/// connection's new requests alternate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parity {
+    Even,
+    Odd,
+}
+
+impl Parity {
+    pub fn of(seq: u64) -> Parity {
+        if seq.is_multiple_of(2) {
+            Parity::Even
+        } else {
+            Parity::Odd
+        }
+    }
+
+    /// The value at [`PARITY_POINTER`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Parity::Even => "even",
+            Parity::Odd => "odd",
+        }
+    }
+}
+
 /// One signed request, ready to send.
 pub struct Delivery {
     /// `X-GitHub-Delivery`, also embedded in the body.
@@ -26,6 +60,8 @@ pub struct Delivery {
     pub body: Bytes,
     /// The full `X-Hub-Signature-256` value, `sha256=<hex>`.
     pub signature: String,
+    /// In the body only from a [`Signer::with_parity`]; always known.
+    pub parity: Parity,
 }
 
 /// Builds signed deliveries; shared read-only by every connection.
@@ -34,6 +70,8 @@ pub struct Signer {
     nonce: u64,
     /// HMAC state after absorbing `PUSH_PREFIX`.
     after_prefix: Hmac<Sha256>,
+    /// Whether the tail carries `"parity"`.
+    parity: bool,
 }
 
 impl Signer {
@@ -44,15 +82,31 @@ impl Signer {
         Ok(Signer {
             nonce,
             after_prefix,
+            parity: false,
         })
+    }
+
+    /// The same signer, writing each delivery's [`Parity`] into its body.
+    pub fn with_parity(self) -> Self {
+        Signer {
+            parity: true,
+            ..self
+        }
     }
 
     /// The delivery number `seq` of connection `conn`. Calling it twice with
     /// the same arguments yields the same bytes and signature.
     pub fn delivery(&self, conn: u32, seq: u64) -> Delivery {
         let id = delivery_id(self.nonce, conn, seq);
-        let tail =
-            format!(r#","hookbox_bench":{{"delivery":"{id}","connection":{conn},"seq":{seq}}}}}"#);
+        let parity = Parity::of(seq);
+        let tail = if self.parity {
+            let p = parity.as_str();
+            format!(
+                r#","hookbox_bench":{{"delivery":"{id}","connection":{conn},"seq":{seq},"parity":"{p}"}}}}"#
+            )
+        } else {
+            format!(r#","hookbox_bench":{{"delivery":"{id}","connection":{conn},"seq":{seq}}}}}"#)
+        };
         let mut mac = self.after_prefix.clone();
         mac.update(tail.as_bytes());
         let digest = mac.finalize().into_bytes();
@@ -66,6 +120,7 @@ impl Signer {
             id,
             body: Bytes::from(body),
             signature,
+            parity,
         }
     }
 }
@@ -122,5 +177,26 @@ mod tests {
         );
         assert_ne!(signer.delivery(1, 6).id, a.id);
         assert_ne!(signer.delivery(2, 5).id, a.id);
+    }
+
+    #[test]
+    fn parity_alternates_per_request_and_is_in_the_body_only_when_asked() {
+        let plain = Signer::new(b"bench-secret", 1).unwrap();
+        let with = Signer::new(b"bench-secret", 1).unwrap().with_parity();
+        for (seq, want) in [(1, "odd"), (2, "even"), (3, "odd"), (4, "even")] {
+            let d = with.delivery(0, seq);
+            assert_eq!(d.parity.as_str(), want);
+            let v: serde_json::Value = serde_json::from_slice(&d.body).unwrap();
+            assert_eq!(v.pointer(PARITY_POINTER).unwrap(), want);
+            assert_eq!(v["hookbox_bench"]["delivery"], d.id.as_str());
+            let mut mac = Hmac::<Sha256>::new_from_slice(b"bench-secret").unwrap();
+            mac.update(&d.body);
+            let signed = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+            assert_eq!(d.signature, signed);
+
+            let p = plain.delivery(0, seq);
+            assert_eq!(p.id, d.id);
+            assert!(!String::from_utf8_lossy(&p.body).contains("parity"));
+        }
     }
 }

@@ -18,6 +18,8 @@ use tempfile::TempDir;
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
+use crate::payload::{PARITY_POINTER, Parity};
+
 /// The webhook secret of the bench's `github` source.
 pub const SECRET: &str = "bench-secret";
 
@@ -50,12 +52,12 @@ impl Server {
     /// server once `/readyz` on the public port answers 200, with the time
     /// that took since spawn.
     ///
-    /// `deliver` is `(url, signing_secret)` for the source's `deliver` table;
-    /// every other deliver setting keeps its default.
+    /// `deliver` says where the source's events go; every deliver setting
+    /// it does not name keeps its default.
     pub async fn start(
         binary: &Path,
         durability: &str,
-        deliver: Option<(&str, &str)>,
+        deliver: &Deliver,
     ) -> Result<(Server, Duration)> {
         let dir = tempfile::Builder::new()
             .prefix("hookbox-bench-")
@@ -66,8 +68,15 @@ impl Server {
         let database = dir_path.join("hookbox.db");
         let config = dir_path.join("hookbox.toml");
         let mut toml = config_toml(public, admin, &database, durability);
-        if let Some((url, signing_secret)) = deliver {
-            toml.push_str(&deliver_toml(url, signing_secret));
+        match deliver {
+            Deliver::Nowhere => {}
+            Deliver::One {
+                url,
+                signing_secret,
+            } => {
+                toml.push_str(&deliver_toml(url, signing_secret));
+            }
+            Deliver::Routes(routes) => toml.push_str(&routes_toml(routes)),
         }
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
         let log = dir_path.join("server.log");
@@ -211,6 +220,27 @@ secrets = ["{SECRET}"]
     )
 }
 
+/// Where the bench's source delivers.
+pub enum Deliver {
+    /// No destination: events are only stored.
+    Nowhere,
+    /// The single `[sources.deliver]` table (the destination `default`),
+    /// as every hookbox version reads it.
+    One { url: String, signing_secret: String },
+    /// `[[sources.deliver]]`: named destinations, each with its filter.
+    Routes(Vec<Route>),
+}
+
+/// One named url destination of `[[sources.deliver]]`.
+pub struct Route {
+    pub name: String,
+    pub url: String,
+    pub signing_secret: String,
+    /// `None`: every event. `Some(p)`: push events whose body holds `p` at
+    /// [`PARITY_POINTER`], half of them.
+    pub only: Option<Parity>,
+}
+
 /// The `[sources.deliver]` table of the bench's source, appended after
 /// [`config_toml`]: a url destination with default settings.
 fn deliver_toml(url: &str, signing_secret: &str) -> String {
@@ -221,6 +251,32 @@ url = {url:?}
 signing_secret = {signing_secret:?}
 "#
     )
+}
+
+/// The `[[sources.deliver]]` tables of the bench's source, appended after
+/// [`config_toml`]: url destinations with default settings, each with its
+/// filter. A filter on half the events is written the way a user would
+/// route pushes to one branch: the event type and a value in the body.
+fn routes_toml(routes: &[Route]) -> String {
+    let mut toml = String::new();
+    for r in routes {
+        let (name, url, secret) = (&r.name, &r.url, &r.signing_secret);
+        toml.push_str(&format!(
+            r#"
+[[sources.deliver]]
+name = {name:?}
+url = {url:?}
+signing_secret = {secret:?}
+"#
+        ));
+        if let Some(parity) = r.only {
+            toml.push_str(&format!(
+                "events = [\"push\"]\nwhen = {{ {PARITY_POINTER:?} = {:?} }}\n",
+                parity.as_str()
+            ));
+        }
+    }
+    toml
 }
 
 /// Two distinct free loopback ports: both listeners are held until both
@@ -379,6 +435,35 @@ pub fn attempt_summary(database: &Path) -> Result<(Tally, Tally)> {
     Ok((outcomes, errors))
 }
 
+/// `(destination, label, count)` rows, as the database grouped them.
+pub type LaneTally = Vec<(String, String, u64)>;
+
+/// Delivery rows per destination and state, and attempt rows per
+/// destination and outcome: databases since schema 9 (routes) only.
+pub fn per_destination(database: &Path) -> Result<(LaneTally, LaneTally)> {
+    let conn = open_read_only(database)?;
+    let count = |sql: &str| -> Result<LaneTally> {
+        let mut stmt = conn
+            .prepare(sql)
+            .with_context(|| format!("preparing {sql:?}"))?;
+        stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        })
+        .with_context(|| format!("running {sql:?}"))?
+        .map(|r| Ok(r.map(|(d, s, n)| (d, s, u64::try_from(n).unwrap_or(0)))?))
+        .collect()
+    };
+    let deliveries =
+        count("SELECT destination, state, count(*) FROM deliveries GROUP BY 1, 2 ORDER BY 1, 2")?;
+    let attempts =
+        count("SELECT destination, outcome, count(*) FROM attempts GROUP BY 1, 2 ORDER BY 1, 2")?;
+    Ok((deliveries, attempts))
+}
+
 fn open_read_only(database: &Path) -> Result<rusqlite::Connection> {
     use rusqlite::{Connection, OpenFlags};
     let conn = Connection::open_with_flags(
@@ -455,6 +540,91 @@ mod tests {
             "[sources.deliver]\nurl = \"http://127.0.0.1:9/hook\"\nsigning_secret = \"whsec_AAAA\"\n"
         ));
         assert!(toml.find("[[sources]]").unwrap() < toml.find("[sources.deliver]").unwrap());
+    }
+
+    #[test]
+    fn routes_are_an_array_of_named_tables_after_the_source() {
+        let mut toml = config_toml(
+            "127.0.0.1:1000".parse().unwrap(),
+            "127.0.0.1:1001".parse().unwrap(),
+            Path::new("/tmp/x/hookbox.db"),
+            "full",
+        );
+        let route = |name: &str, only| Route {
+            name: name.to_owned(),
+            url: format!("http://127.0.0.1:9/{name}"),
+            signing_secret: format!("whsec_{name}"),
+            only,
+        };
+        toml.push_str(&routes_toml(&[
+            route("a", None),
+            route("b", Some(Parity::Even)),
+        ]));
+        let config: toml::Table = toml.parse().unwrap();
+        let source = &config["sources"].as_array().unwrap()[0];
+        assert_eq!(source["name"].as_str(), Some("github"));
+        let deliver = source["deliver"].as_array().unwrap();
+        assert_eq!(deliver.len(), 2);
+        let (a, b) = (
+            deliver[0].as_table().unwrap(),
+            deliver[1].as_table().unwrap(),
+        );
+        assert_eq!(a["name"].as_str(), Some("a"));
+        assert_eq!(a["url"].as_str(), Some("http://127.0.0.1:9/a"));
+        assert_eq!(a["signing_secret"].as_str(), Some("whsec_a"));
+        assert!(!a.contains_key("events") && !a.contains_key("when"));
+        assert_eq!(b["name"].as_str(), Some("b"));
+        assert_eq!(b["url"].as_str(), Some("http://127.0.0.1:9/b"));
+        assert_eq!(b["events"].as_array().unwrap().len(), 1);
+        assert_eq!(b["events"][0].as_str(), Some("push"));
+        let when = b["when"].as_table().unwrap();
+        assert_eq!(when.len(), 1);
+        assert_eq!(when[PARITY_POINTER].as_str(), Some("even"));
+    }
+
+    #[test]
+    fn one_destination_stays_the_single_table() {
+        let mut toml = config_toml(
+            "127.0.0.1:1000".parse().unwrap(),
+            "127.0.0.1:1001".parse().unwrap(),
+            Path::new("/tmp/x/hookbox.db"),
+            "full",
+        );
+        toml.push_str(&deliver_toml("http://127.0.0.1:9/hook", "whsec_AAAA"));
+        let config: toml::Table = toml.parse().unwrap();
+        let deliver = config["sources"][0]["deliver"].as_table().unwrap();
+        assert_eq!(deliver.len(), 2);
+        assert_eq!(deliver["url"].as_str(), Some("http://127.0.0.1:9/hook"));
+    }
+
+    #[test]
+    fn per_destination_groups_deliveries_and_attempts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookbox.db");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE deliveries (destination TEXT, state TEXT);
+             CREATE TABLE attempts (destination TEXT, outcome TEXT);
+             INSERT INTO deliveries VALUES ('a', 'delivered'), ('a', 'delivered'),
+                 ('b', 'delivered'), ('b', 'pending');
+             INSERT INTO attempts VALUES ('a', 'delivered'), ('b', 'retry');",
+        )
+        .unwrap();
+        drop(conn);
+        let (deliveries, attempts) = per_destination(&path).unwrap();
+        let row = |d: &str, s: &str, n| (d.to_owned(), s.to_owned(), n);
+        assert_eq!(
+            deliveries,
+            vec![
+                row("a", "delivered", 2),
+                row("b", "delivered", 1),
+                row("b", "pending", 1)
+            ]
+        );
+        assert_eq!(
+            attempts,
+            vec![row("a", "delivered", 1), row("b", "retry", 1)]
+        );
     }
 
     #[test]
