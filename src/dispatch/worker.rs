@@ -221,7 +221,15 @@ impl Dispatcher {
                 () = shutdown.cancelled() => break,
                 claimed = async { claim.as_mut().expect("guarded by the condition").await }, if claim.is_some() => {
                     claim = None;
-                    next_due = self.take(claimed, now);
+                    // The claim answers for the lanes it asked about; a lane
+                    // left out (its queue was full) may have asked to look
+                    // again meanwhile (an attempt finished): keep the
+                    // earlier, or that lane waits for the idle backstop.
+                    let answered = self.take(claimed, now);
+                    next_due = match (next_due, answered) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                 }
                 () = self.wake.notified() => next_due = Some(0),
                 Some(done) = tasks.join_next_with_id() => {
