@@ -20,7 +20,9 @@ use crate::dispatch::replay::refusal;
 use crate::error::ApiError;
 use crate::store::ReplayFilter;
 use crate::store::StoreError;
-use crate::store::queries::{self, AttemptRow, EventFilter, EventSummary, STATES};
+use crate::store::queries::{
+    self, AttemptRow, DELIVERY_STATES, DeliveryRow, EventFilter, EventSummary, STATES,
+};
 
 /// `GET /api/events` parameters, as sent: parsed by [`ListParams::filter`]
 /// so each problem gets its own message.
@@ -28,6 +30,8 @@ use crate::store::queries::{self, AttemptRow, EventFilter, EventSummary, STATES}
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     source: Option<String>,
+    /// Only events with a delivery there; `state` is then that delivery's.
+    destination: Option<String>,
     state: Option<String>,
     event_type: Option<String>,
     since: Option<String>,
@@ -38,12 +42,22 @@ pub struct ListParams {
 
 impl ListParams {
     fn filter(self) -> Result<EventFilter, ApiError> {
+        // A delivery is never `stored`: that is an event without any.
+        let states: &[&str] = match self.destination {
+            Some(_) => &DELIVERY_STATES,
+            None => &STATES,
+        };
         if let Some(state) = &self.state
-            && !STATES.contains(&state.as_str())
+            && !states.contains(&state.as_str())
         {
+            let with = if self.destination.is_some() {
+                " with destination"
+            } else {
+                ""
+            };
             return Err(invalid(format!(
-                "state: must be one of {}",
-                STATES.join(", ")
+                "state: must be one of {}{with}",
+                states.join(", ")
             )));
         }
         let before = match self.before.as_deref() {
@@ -69,6 +83,7 @@ impl ListParams {
             limit: parse_limit(self.limit.as_deref())?,
             before,
             source: self.source,
+            destination: self.destination,
             state: self.state,
             event_type: self.event_type,
         })
@@ -121,7 +136,19 @@ struct Detail {
     headers: Value,
     /// `null` once retention has dropped it.
     body: Option<Body>,
+    /// By destination name.
+    deliveries: Vec<ShownDelivery>,
     attempt_log: Vec<AttemptRow>,
+}
+
+/// A delivery as `GET /api/events/{id}` shows it.
+#[derive(Serialize)]
+struct ShownDelivery {
+    #[serde(flatten)]
+    row: DeliveryRow,
+    /// Whether the source's config still has the destination; one removed
+    /// keeps its rows but is not dispatched.
+    configured: bool,
 }
 
 #[derive(Serialize)]
@@ -153,6 +180,15 @@ pub async fn show(
         .read(move |c| queries::event_detail(c, id))
         .await?
         .ok_or(ApiError::NotFound("unknown_event"))?;
+    let configured = st.destinations(&detail.summary.source);
+    let deliveries = detail
+        .deliveries
+        .into_iter()
+        .map(|row| ShownDelivery {
+            configured: configured.contains(&row.destination),
+            row,
+        })
+        .collect();
     let shown = Detail {
         summary: detail.summary,
         order_key: detail.order_key,
@@ -160,6 +196,7 @@ pub async fn show(
         lease_until: detail.lease_until,
         headers: detail.headers,
         body: detail.body.map(Body::new),
+        deliveries,
         attempt_log: detail.attempts,
     };
     Ok(Json(
@@ -376,6 +413,13 @@ mod tests {
             ..ListParams::default()
         });
         assert!(state.starts_with("state:"), "{state}");
+        // A delivery is never stored.
+        let stored = bad(ListParams {
+            destination: Some("ci".into()),
+            state: Some("stored".into()),
+            ..ListParams::default()
+        });
+        assert!(stored.contains("with destination"), "{stored}");
         let before = bad(ListParams {
             before: Some("abc".into()),
             ..ListParams::default()

@@ -64,6 +64,14 @@ impl AdminState {
             .source(source)
             .is_some_and(|s| !s.destinations.is_empty())
     }
+
+    /// The names of `source`'s configured destinations, in config order.
+    fn destinations(&self, source: &str) -> Vec<String> {
+        self.config
+            .source(source)
+            .map(|s| s.destinations.iter().map(|d| d.name.clone()).collect())
+            .unwrap_or_default()
+    }
 }
 
 /// The SHA-256 of the token: requests are compared against it, so the
