@@ -72,6 +72,15 @@ impl AdminState {
             .map(|s| s.destinations.iter().map(|d| d.name.clone()).collect())
             .unwrap_or_default()
     }
+
+    /// Every configured source with its destinations' names, for the counts.
+    fn known(&self) -> Vec<(String, Vec<String>)> {
+        self.config
+            .sources
+            .iter()
+            .map(|s| (s.name.clone(), self.destinations(&s.name)))
+            .collect()
+    }
 }
 
 /// The SHA-256 of the token: requests are compared against it, so the

@@ -23,8 +23,8 @@ use serde::Serialize;
 mod stats;
 
 pub use stats::{
-    CatchupRun, MetricsSnapshot, SourceStats, catchup_runs, last_catchup_runs, metrics_snapshot,
-    source_stats,
+    CatchupRun, DestinationStats, Known, LaneCount, MetricsSnapshot, SourceStats, catchup_runs,
+    lane_counts, last_catchup_runs, metrics_snapshot, source_stats,
 };
 
 /// The states an event can be in, in the order the API lists them.
