@@ -66,8 +66,10 @@ pub enum WriteCmd {
         leases: Vec<Lease>,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
+    /// Every filter in one transaction (replaying an event at each of its
+    /// destinations is one change).
     Replay {
-        filter: ReplayFilter,
+        filters: Vec<ReplayFilter>,
         now: i64,
         reply: oneshot::Sender<Result<usize, StoreError>>,
     },
@@ -143,8 +145,12 @@ impl WriteCmd {
                 dispatch::release(tx, leases)?;
                 Applied::Done
             }
-            WriteCmd::Replay { filter, now, .. } => {
-                Applied::Replayed(replay::replay(tx, filter, *now)?)
+            WriteCmd::Replay { filters, now, .. } => {
+                let mut n = 0;
+                for filter in filters {
+                    n += replay::replay(tx, filter, *now)?;
+                }
+                Applied::Replayed(n)
             }
             WriteCmd::Prune { batch, .. } => Applied::Pruned(retention::apply(tx, batch)?),
             WriteCmd::SaveIpSet { name, set, .. } => {

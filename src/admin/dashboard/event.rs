@@ -143,7 +143,7 @@ pub(super) async fn replay_one(
 ) -> Result<Response, PageError> {
     check_post(&headers, &session, form_fields(form).csrf.as_deref())?;
     let id = parse_id(&id)?;
-    events::replay_event(&st.admin, id).await?;
+    events::replay_event(&st.admin, id, None).await?;
     Ok(Redirect::to(&format!("/events/{id}?replayed=1")).into_response())
 }
 
@@ -157,8 +157,12 @@ pub(super) async fn replay_dead(
     let form = form_fields(form);
     check_post(&headers, &session, form.csrf.as_deref())?;
     let source = form.source.filter(|s| !s.is_empty());
-    let n = events::replay_matching(&st.admin, "dead", source.clone(), None, None).await?;
-    let n = n.to_string();
+    let bulk = events::Bulk {
+        state: Some("dead".to_owned()),
+        source: source.clone(),
+        ..events::Bulk::default()
+    };
+    let n = events::replay_matching(&st.admin, bulk).await?.to_string();
     let to = link(
         "/dead",
         &[("source", source.as_deref()), ("replayed", Some(&n))],

@@ -358,23 +358,50 @@ fn deliveries(conn: &Connection, id: i64) -> anyhow::Result<Vec<DeliveryRow>> {
 #[derive(Debug, Clone)]
 pub struct EventState {
     pub source: String,
+    /// The derived state (see [`EventSummary::state`]).
     pub state: String,
     /// False once retention dropped the body.
     pub has_body: bool,
+    /// `(destination, state)` of each delivery, by destination name.
+    pub deliveries: Vec<(String, String)>,
 }
 
-/// An event's source and state, for deciding whether it can be replayed.
+impl EventState {
+    /// The state of the event's delivery at `destination`, if it has one.
+    pub fn delivery(&self, destination: &str) -> Option<&str> {
+        self.deliveries
+            .iter()
+            .find(|(d, _)| d == destination)
+            .map(|(_, s)| s.as_str())
+    }
+}
+
+/// An event's source, state and deliveries' states, for deciding whether
+/// and where it can be replayed.
 pub fn event_state(conn: &Connection, id: i64) -> anyhow::Result<Option<EventState>> {
-    conn.prepare_cached("SELECT source, state, body IS NOT NULL FROM events WHERE id = ?1")?
+    let found = conn
+        .prepare_cached("SELECT source, state, body IS NOT NULL FROM events WHERE id = ?1")?
         .query_row([id], |r| {
             Ok(EventState {
                 source: r.get(0)?,
                 state: r.get(1)?,
                 has_body: r.get(2)?,
+                deliveries: Vec::new(),
             })
         })
         .optional()
-        .context("reading an event's state")
+        .context("reading an event's state")?;
+    let Some(mut event) = found else {
+        return Ok(None);
+    };
+    event.deliveries = conn
+        .prepare_cached(
+            "SELECT destination, state FROM deliveries WHERE event_id = ?1 ORDER BY destination",
+        )?
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .context("reading an event's deliveries")?;
+    Ok(Some(event))
 }
 
 #[cfg(test)]
