@@ -90,6 +90,11 @@ enum Command {
     Events {
         #[arg(long)]
         source: Option<String>,
+        /// Only events with a delivery at this destination; STATE,
+        /// ATTEMPTS and LAST ERROR are then that delivery's, and --state
+        /// filters on it.
+        #[arg(long)]
+        destination: Option<String>,
         #[arg(long, value_enum)]
         state: Option<StateArg>,
         #[arg(long)]
@@ -194,13 +199,22 @@ fn main() -> ExitCode {
         Command::Backup { dest, force } => report("backup", backup(&config, &dest, force)),
         Command::Events {
             source,
+            destination,
             state,
             event_type,
             limit,
             json,
         } => {
+            if destination.is_some() && matches!(state, Some(StateArg::Stored)) {
+                eprintln!(
+                    "hookbox events: a delivery is never stored (that is an event without any); \
+                     leave out --destination to list stored events"
+                );
+                return ExitCode::from(2);
+            }
             let filter = ListFilter {
                 source,
+                destination,
                 state: state.map(|s| state_name(s).to_owned()),
                 event_type,
                 limit,
