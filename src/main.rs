@@ -162,6 +162,9 @@ fn main() -> ExitCode {
         Command::Check => {
             println!("# hookbox configuration from {} (valid)", config.origin);
             print!("{}", config.redacted_toml());
+            for warning in orphan_warnings(&config) {
+                eprintln!("warning: {warning}");
+            }
             ExitCode::SUCCESS
         }
         Command::Replay {
@@ -303,6 +306,21 @@ fn parse_time(value: &str) -> Result<i64, String> {
         "expected an RFC 3339 time (2026-11-01T12:00:00Z), a date (2026-11-01) or unix milliseconds"
             .to_owned()
     })
+}
+
+/// Destinations gone from the config whose deliveries the database still
+/// holds. Only a look: nothing at all when there is no database yet or it
+/// cannot be read (another schema version, no permission), as the config
+/// itself is what `check` checks.
+fn orphan_warnings(config: &Config) -> Vec<String> {
+    let path = &config.server.database;
+    if !path.exists() {
+        return Vec::new();
+    }
+    hookbox::store::open_read_only(path)
+        .and_then(|conn| queries::lane_counts(&conn))
+        .map(|lanes| config.orphan_warnings(&lanes))
+        .unwrap_or_default()
 }
 
 /// A bare HTTP/1.0 `GET /readyz` to the admin listener: no client library
