@@ -58,13 +58,6 @@ pub struct AdminState {
 }
 
 impl AdminState {
-    /// Whether `source` is configured with a destination.
-    fn delivers(&self, source: &str) -> bool {
-        self.config
-            .source(source)
-            .is_some_and(|s| !s.destinations.is_empty())
-    }
-
     /// The names of `source`'s configured destinations, in config order.
     fn destinations(&self, source: &str) -> Vec<String> {
         self.config
