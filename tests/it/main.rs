@@ -27,6 +27,7 @@ mod quick_start;
 mod read_only;
 mod receive;
 mod retention;
+mod routes_admin;
 mod secrets;
 mod soak;
 mod storage;
