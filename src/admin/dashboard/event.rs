@@ -122,7 +122,7 @@ pub(super) async fn detail(
                 @for name in &never {
                     tr {
                         td { (name) }
-                        td { "none (its filter did not take the event)" }
+                        td { "none: never sent there (its filter did not take the event, or the destination came later)" }
                         td.n { "0" } td { "-" } td { "-" } td {}
                         td {
                             @if has_body {
