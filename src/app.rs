@@ -247,6 +247,7 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         store: store.clone(),
         writer: writer.clone(),
         dispatch: wake,
+        pull: pull.clone(),
         metrics,
         catchup,
     };

@@ -10,8 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use hookbox::app::App;
 use hookbox::config::{self, Config};
+use hookbox::dispatch::replay as plan;
 use hookbox::store::listing::{self, ListFilter};
-use hookbox::store::{ReplayFilter, replay as replay_sql};
+use hookbox::store::replay as replay_sql;
 use hookbox::store::{backup, queries, retention};
 use hookbox::telemetry::{self, LogFormat};
 
@@ -43,20 +44,37 @@ enum Command {
     /// Exit 0 when the running server is ready (GET /readyz on the admin
     /// listener): the container health check.
     Healthcheck,
-    /// Put events back to pending with their attempts reset (never a new
-    /// row). Works whether or not the server is running; a running server
-    /// picks them up within seconds.
-    #[command(group = clap::ArgGroup::new("which").required(true))]
+    /// Put deliveries back to pending with their attempts reset (never a
+    /// new event row). Works whether or not the server is running; a
+    /// running server picks them up within seconds. Three forms: `replay
+    /// ID [--destination D]`; `replay --dead [--source S] [--destination D]
+    /// [--since T] [--until T]`; and `replay --source S --destination D
+    /// [--since T] [--until T]`, which replays the destination's dead and
+    /// delivered deliveries and also gives it every event in the range
+    /// that its filter takes and that it never had (a new destination
+    /// getting old events).
+    #[command(group = clap::ArgGroup::new("which").required(true).multiple(true))]
     Replay {
         /// The event id (as in the 202 answer).
-        #[arg(group = "which")]
+        #[arg(group = "which", conflicts_with_all = ["dead", "source", "since", "until"])]
         id: Option<i64>,
-        /// Every dead event (of --source, if given).
+        /// Every dead delivery (of --source, at --destination, if given).
         #[arg(long, group = "which")]
         dead: bool,
-        /// Only events of this source (with --dead).
-        #[arg(long, requires = "dead")]
+        /// Only events of this source.
+        #[arg(long)]
         source: Option<String>,
+        /// Only deliveries at this destination. With an ID, its delivery
+        /// there, created if the event never had one.
+        #[arg(long, group = "which")]
+        destination: Option<String>,
+        /// Only events received at or after this time: RFC 3339, a date
+        /// (2026-11-01, UTC) or unix milliseconds.
+        #[arg(long, value_parser = parse_time)]
+        since: Option<i64>,
+        /// Only events received before this time (as --since).
+        #[arg(long, value_parser = parse_time)]
+        until: Option<i64>,
     },
     /// Write a consistent, checked copy of the database to DEST (a new
     /// file, mode 0600). Safe while the server runs and writes.
@@ -72,6 +90,11 @@ enum Command {
     Events {
         #[arg(long)]
         source: Option<String>,
+        /// Only events with a delivery at this destination; STATE,
+        /// ATTEMPTS and LAST ERROR are then that delivery's, and --state
+        /// filters on it.
+        #[arg(long)]
+        destination: Option<String>,
         #[arg(long, value_enum)]
         state: Option<StateArg>,
         #[arg(long)]
@@ -176,19 +199,36 @@ fn main() -> ExitCode {
         Command::Check => {
             println!("# hookbox configuration from {} (valid)", config.origin);
             print!("{}", config.redacted_toml());
+            for warning in orphan_warnings(&config) {
+                eprintln!("warning: {warning}");
+            }
             ExitCode::SUCCESS
         }
         Command::Replay {
             id,
-            dead: _,
+            dead,
             source,
-        } => match replay(&config, id, source) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("hookbox replay: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
+            destination,
+            since,
+            until,
+        } => {
+            let which = match id {
+                Some(id) => Ok(Replay::Event { id, destination }),
+                None if !dead && (source.is_none() || destination.is_none()) => {
+                    Err(anyhow::anyhow!(
+                        "without --dead, name the event (ID) or both --source and --destination"
+                    ))
+                }
+                None => Ok(Replay::Bulk(plan::Bulk {
+                    state: dead.then(|| "dead".to_owned()),
+                    source,
+                    destination,
+                    since,
+                    until,
+                })),
+            };
+            report("replay", which.and_then(|which| replay(&config, which)))
+        }
         Command::Healthcheck => match healthcheck(&config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -199,13 +239,22 @@ fn main() -> ExitCode {
         Command::Backup { dest, force } => report("backup", backup(&config, &dest, force)),
         Command::Events {
             source,
+            destination,
             state,
             event_type,
             limit,
             json,
         } => {
+            if destination.is_some() && matches!(state, Some(StateArg::Stored)) {
+                eprintln!(
+                    "hookbox events: a delivery is never stored (that is an event without any); \
+                     leave out --destination to list stored events"
+                );
+                return ExitCode::from(2);
+            }
             let filter = ListFilter {
                 source,
+                destination,
                 state: state.map(|s| state_name(s).to_owned()),
                 event_type,
                 limit,
@@ -300,42 +349,65 @@ fn serve(config: Config) -> anyhow::Result<()> {
     })
 }
 
-fn replay(config: &Config, id: Option<i64>, source: Option<String>) -> anyhow::Result<()> {
+/// What `hookbox replay` was asked for.
+enum Replay {
+    Event {
+        id: i64,
+        destination: Option<String>,
+    },
+    Bulk(plan::Bulk),
+}
+
+fn replay(config: &Config, which: Replay) -> anyhow::Result<()> {
     let mut conn = hookbox::store::open_for_cli(&config.server.database)?;
-    let filter = match id {
-        Some(id) => {
-            let event =
-                queries::event_state(&conn, id)?.ok_or_else(|| anyhow::anyhow!("no event {id}"))?;
-            anyhow::ensure!(
-                config
-                    .source(&event.source)
-                    .is_some_and(|s| !s.destinations.is_empty()),
-                "event {id} belongs to source {:?}, which has no destination in this config",
-                event.source
-            );
-            if let Some((_, message)) = hookbox::dispatch::replay::refusal(&event, id) {
-                anyhow::bail!(message);
-            }
-            ReplayFilter {
-                id: Some(id),
-                ..ReplayFilter::default()
-            }
+    let filters = match &which {
+        Replay::Event { id, destination } => {
+            let event = queries::event_state(&conn, *id)?
+                .ok_or_else(|| anyhow::anyhow!("no event {id}"))?;
+            plan::event(config, &event, *id, destination.as_deref())?
         }
-        None => ReplayFilter {
-            source,
-            state: Some("dead".to_owned()),
-            ..ReplayFilter::default()
-        },
+        Replay::Bulk(bulk) => plan::bulk(config, bulk)?,
     };
-    // One transaction: the reset and the re-holding of what is now behind
-    // a replayed event go together.
+    // One transaction: the reset, the deliveries created and the
+    // re-holding of what is now behind a replayed one go together.
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .context("starting the replay")?;
-    let n = replay_sql(&tx, &filter, hookbox::clock::now_ms())?;
+    let now = hookbox::clock::now_ms();
+    let mut n = 0;
+    for filter in &filters {
+        n += replay_sql(&tx, filter, now)?;
+    }
     tx.commit().context("committing the replay")?;
-    println!("{n} event(s) put back to pending");
+    match n {
+        1 => println!("1 delivery put back to pending or created"),
+        n => println!("{n} deliveries put back to pending or created"),
+    }
     Ok(())
+}
+
+/// A time on the command line: RFC 3339, a bare date (midnight UTC), or
+/// unix milliseconds.
+fn parse_time(value: &str) -> Result<i64, String> {
+    hookbox::clock::parse_time(value).ok_or_else(|| {
+        "expected an RFC 3339 time (2026-11-01T12:00:00Z), a date (2026-11-01) or unix milliseconds"
+            .to_owned()
+    })
+}
+
+/// Destinations gone from the config whose deliveries the database still
+/// holds. Only a look: nothing at all when there is no database yet or it
+/// cannot be read (another schema version, no permission), as the config
+/// itself is what `check` checks.
+fn orphan_warnings(config: &Config) -> Vec<String> {
+    let path = &config.server.database;
+    if !path.exists() {
+        return Vec::new();
+    }
+    hookbox::store::open_read_only(path)
+        .and_then(|conn| queries::lane_counts(&conn))
+        .map(|lanes| config.orphan_warnings(&lanes))
+        .unwrap_or_default()
 }
 
 /// A bare HTTP/1.0 `GET /readyz` to the admin listener: no client library

@@ -1,11 +1,13 @@
 //! `/api/events` (list, show), `/api/events/{id}/replay` and `/api/replay`.
 //!
 //! Times in and out are unix milliseconds; `since` and `until` also take
-//! RFC 3339 (`2026-01-31T12:00:00Z`). Replay never creates a row: it puts
-//! `dead` or `delivered` events back to `pending` through the writer, with
-//! attempts reset, and wakes the dispatcher.
-
-use std::time::UNIX_EPOCH;
+//! RFC 3339 (`2026-01-31T12:00:00Z`). Replay never creates an event row: it
+//! puts `dead` or `delivered` deliveries back to `pending` through the
+//! writer, with attempts reset, and wakes the dispatcher. Named with a
+//! destination, it also creates the delivery there for an event that never
+//! had one: how a destination added to the config gets old events. Only
+//! destinations in the config are replayed; one removed keeps its rows,
+//! which nothing would dispatch.
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -16,11 +18,15 @@ use serde_json::{Value, json};
 
 use super::{AdminState, parse_limit};
 use crate::clock;
-use crate::dispatch::replay::refusal;
+use crate::dispatch::replay::{self as plan, ReplayError};
 use crate::error::ApiError;
 use crate::store::ReplayFilter;
 use crate::store::StoreError;
-use crate::store::queries::{self, AttemptRow, EventFilter, EventSummary, STATES};
+use crate::store::queries::{
+    self, AttemptRow, DELIVERY_STATES, DeliveryRow, EventFilter, EventSummary, STATES,
+};
+
+pub(super) use plan::Bulk;
 
 /// `GET /api/events` parameters, as sent: parsed by [`ListParams::filter`]
 /// so each problem gets its own message.
@@ -28,6 +34,8 @@ use crate::store::queries::{self, AttemptRow, EventFilter, EventSummary, STATES}
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     source: Option<String>,
+    /// Only events with a delivery there; `state` is then that delivery's.
+    destination: Option<String>,
     state: Option<String>,
     event_type: Option<String>,
     since: Option<String>,
@@ -38,12 +46,22 @@ pub struct ListParams {
 
 impl ListParams {
     fn filter(self) -> Result<EventFilter, ApiError> {
+        // A delivery is never `stored`: that is an event without any.
+        let states: &[&str] = match self.destination {
+            Some(_) => &DELIVERY_STATES,
+            None => &STATES,
+        };
         if let Some(state) = &self.state
-            && !STATES.contains(&state.as_str())
+            && !states.contains(&state.as_str())
         {
+            let with = if self.destination.is_some() {
+                " with destination"
+            } else {
+                ""
+            };
             return Err(invalid(format!(
-                "state: must be one of {}",
-                STATES.join(", ")
+                "state: must be one of {}{with}",
+                states.join(", ")
             )));
         }
         let before = match self.before.as_deref() {
@@ -69,6 +87,7 @@ impl ListParams {
             limit: parse_limit(self.limit.as_deref())?,
             before,
             source: self.source,
+            destination: self.destination,
             state: self.state,
             event_type: self.event_type,
         })
@@ -79,20 +98,14 @@ fn invalid(detail: impl Into<String>) -> ApiError {
     ApiError::bad_request("invalid_filter", detail)
 }
 
-/// Unix milliseconds, or an RFC 3339 time.
+/// Unix milliseconds, an RFC 3339 time, or a date (midnight UTC).
 fn parse_time(key: &str, value: &str) -> Result<i64, ApiError> {
-    if let Ok(ms) = value.parse::<i64>() {
-        return Ok(ms);
-    }
-    humantime::parse_rfc3339_weak(value)
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as i64)
-        .ok_or_else(|| {
-            invalid(format!(
-                "{key}: must be unix milliseconds or an RFC 3339 time (2026-01-31T12:00:00Z)"
-            ))
-        })
+    clock::parse_time(value).ok_or_else(|| {
+        invalid(format!(
+            "{key}: must be unix milliseconds, an RFC 3339 time (2026-01-31T12:00:00Z) \
+             or a date (2026-01-31, UTC)"
+        ))
+    })
 }
 
 /// `GET /api/events`: newest first; pass `next_before` back as `before`
@@ -121,7 +134,19 @@ struct Detail {
     headers: Value,
     /// `null` once retention has dropped it.
     body: Option<Body>,
+    /// By destination name.
+    deliveries: Vec<ShownDelivery>,
     attempt_log: Vec<AttemptRow>,
+}
+
+/// A delivery as `GET /api/events/{id}` shows it.
+#[derive(Serialize)]
+struct ShownDelivery {
+    #[serde(flatten)]
+    row: DeliveryRow,
+    /// Whether the source's config still has the destination; one removed
+    /// keeps its rows but is not dispatched.
+    configured: bool,
 }
 
 #[derive(Serialize)]
@@ -153,6 +178,15 @@ pub async fn show(
         .read(move |c| queries::event_detail(c, id))
         .await?
         .ok_or(ApiError::NotFound("unknown_event"))?;
+    let configured = st.destinations(&detail.summary.source);
+    let deliveries = detail
+        .deliveries
+        .into_iter()
+        .map(|row| ShownDelivery {
+            configured: configured.contains(&row.destination),
+            row,
+        })
+        .collect();
     let shown = Detail {
         summary: detail.summary,
         order_key: detail.order_key,
@@ -160,6 +194,7 @@ pub async fn show(
         lease_until: detail.lease_until,
         headers: detail.headers,
         body: detail.body.map(Body::new),
+        deliveries,
         attempt_log: detail.attempts,
     };
     Ok(Json(
@@ -175,43 +210,51 @@ fn parse_id(id: &str) -> Result<i64, ApiError> {
         .ok_or(ApiError::NotFound("unknown_event"))
 }
 
-/// `POST /api/events/{id}/replay`: 409 when the event is already pending
-/// or its source has no destination.
+/// `POST /api/events/{id}/replay` body, all optional (an empty body is
+/// fine).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayOneBody {
+    /// Only the delivery there, created if the event never had one.
+    destination: Option<String>,
+}
+
+/// `POST /api/events/{id}/replay` with an optional `{"destination": ..}`:
+/// see [`replay_event`].
 pub async fn replay_one(
     State(st): State<AdminState>,
     Path(id): Path<String>,
+    body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    let n = replay_event(&st, id).await?;
+    // Read by hand, not with `Json`: no body (and no content type) at all
+    // is the plain replay, as it always was.
+    let body: ReplayOneBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ReplayOneBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request("invalid_body", e.to_string()))?
+    };
+    let n = replay_event(&st, id, body.destination.as_deref()).await?;
     Ok(Json(json!({ "replayed": n })))
 }
 
-/// Puts event `id` back to pending (the API's and the dashboard's replay
-/// button): 404 when unknown, 409 when it is already pending, its source
-/// has no destination or retention dropped its body.
-pub(super) async fn replay_event(st: &AdminState, id: i64) -> Result<usize, ApiError> {
+/// Replays event `id` (the API's and the dashboard's replay buttons), as
+/// [`plan::event`] says: 404 when the event or the destination is unknown;
+/// 409 when nothing can move (already pending, no destination, body
+/// dropped).
+pub(super) async fn replay_event(
+    st: &AdminState,
+    id: i64,
+    destination: Option<&str>,
+) -> Result<usize, ApiError> {
     let event = st
         .store
         .read(move |c| queries::event_state(c, id))
         .await?
         .ok_or(ApiError::NotFound("unknown_event"))?;
-    if !st.delivers(&event.source) {
-        return Err(ApiError::conflict(
-            "no_destination",
-            format!(
-                "source {:?} has no destination in this config",
-                event.source
-            ),
-        ));
-    }
-    if let Some((reason, message)) = refusal(&event, id) {
-        return Err(ApiError::conflict(reason, message));
-    }
-    let filter = ReplayFilter {
-        id: Some(id),
-        ..ReplayFilter::default()
-    };
-    let n = replay(st, filter).await?;
+    let filters = plan::event(&st.config, &event, id, destination).map_err(refused)?;
+    let n = replay(st, filters).await?;
     if n == 0 {
         // It changed since we looked: another replay, retention, a purge.
         let now = st
@@ -219,24 +262,36 @@ pub(super) async fn replay_event(st: &AdminState, id: i64) -> Result<usize, ApiE
             .read(move |c| queries::event_state(c, id))
             .await?
             .ok_or(ApiError::NotFound("unknown_event"))?;
-        let (reason, message) = refusal(&now, id).unwrap_or_else(|| {
-            (
-                "already_pending",
-                format!("event {id} changed while it was being replayed; try again"),
-            )
-        });
-        return Err(ApiError::conflict(reason, message));
+        plan::event(&st.config, &now, id, destination).map_err(refused)?;
+        return Err(ApiError::conflict(
+            "already_pending",
+            format!("event {id} changed while it was being replayed; try again"),
+        ));
     }
     Ok(n)
+}
+
+/// A refused replay as the API answers it.
+fn refused(e: ReplayError) -> ApiError {
+    match e {
+        ReplayError::UnknownSource(_) => ApiError::NotFound("unknown_source"),
+        ReplayError::UnknownDestination { .. } => ApiError::NotFound("unknown_destination"),
+        e @ ReplayError::NoDestination(_) => ApiError::conflict("no_destination", e.to_string()),
+        ReplayError::Refused(reason, message) => ApiError::conflict(reason, message),
+    }
 }
 
 /// `POST /api/replay` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayBody {
-    /// Required, so an empty body cannot re-deliver the whole inbox.
+    /// `dead` or `delivered`. Required without a destination, so an empty
+    /// body cannot re-deliver the whole inbox; with one, leaving it out
+    /// replays both and creates what the destination never had.
     state: Option<String>,
     source: Option<String>,
+    /// Needs `source`.
+    destination: Option<String>,
     since: Option<TimeArg>,
     until: Option<TimeArg>,
 }
@@ -257,74 +312,50 @@ impl TimeArg {
     }
 }
 
-/// `POST /api/replay`: every matching event of every source with a
-/// destination (or of `source`), answered with how many moved.
+/// `POST /api/replay`: answered with how many deliveries moved or were
+/// created.
 pub async fn replay_many(
     State(st): State<AdminState>,
     body: Result<Json<ReplayBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
-    let state = match body.state.as_deref() {
-        Some(s @ ("dead" | "delivered")) => s.to_owned(),
-        _ => return Err(invalid("state: required, \"dead\" or \"delivered\"")),
+    let state = match (body.state.as_deref(), &body.destination) {
+        (Some(s @ ("dead" | "delivered")), _) => Some(s.to_owned()),
+        (None, Some(_)) => None,
+        (None, None) => return Err(invalid("state: required, \"dead\" or \"delivered\"")),
+        (Some(_), _) => return Err(invalid("state: \"dead\" or \"delivered\"")),
     };
-    let since = body.since.map(|t| t.millis("since")).transpose()?;
-    let until = body.until.map(|t| t.millis("until")).transpose()?;
-    let replayed = replay_matching(&st, &state, body.source, since, until).await?;
+    if body.destination.is_some() && body.source.is_none() {
+        return Err(invalid("destination: needs source"));
+    }
+    let bulk = Bulk {
+        state,
+        source: body.source,
+        destination: body.destination,
+        since: body.since.map(|t| t.millis("since")).transpose()?,
+        until: body.until.map(|t| t.millis("until")).transpose()?,
+    };
+    let replayed = replay_matching(&st, bulk).await?;
     Ok(Json(json!({ "replayed": replayed })))
 }
 
-/// Replays every `state` event received in `[since, until)` of `source`,
-/// or of every source with a destination (`POST /api/replay` and the
-/// dashboard's "replay all dead"). 404 for an unknown source, 409 for one
-/// without a destination.
-pub(super) async fn replay_matching(
-    st: &AdminState,
-    state: &str,
-    source: Option<String>,
-    since: Option<i64>,
-    until: Option<i64>,
-) -> Result<usize, ApiError> {
-    let sources: Vec<String> = match source {
-        Some(source) if st.config.source(&source).is_none() => {
-            return Err(ApiError::NotFound("unknown_source"));
-        }
-        Some(source) if !st.delivers(&source) => {
-            return Err(ApiError::conflict(
-                "no_destination",
-                format!("source {source:?} has no destination in this config"),
-            ));
-        }
-        Some(source) => vec![source],
-        // Only sources that can deliver: events of one whose destination
-        // was removed would sit in pending for ever.
-        None => st
-            .config
-            .sources
-            .iter()
-            .filter(|s| !s.destinations.is_empty())
-            .map(|s| s.name.clone())
-            .collect(),
-    };
-    let mut replayed = 0;
-    for source in sources {
-        let filter = ReplayFilter {
-            source: Some(source),
-            state: Some(state.to_owned()),
-            since,
-            until,
-            ..ReplayFilter::default()
-        };
-        replayed += replay(st, filter).await?;
+/// Replays what `bulk` picks (`POST /api/replay` and the dashboard's
+/// "replay all dead"), as [`plan::bulk`] says: 404 for an unknown source
+/// or destination, 409 for a source without a destination.
+pub(super) async fn replay_matching(st: &AdminState, bulk: Bulk) -> Result<usize, ApiError> {
+    let filters = plan::bulk(&st.config, &bulk).map_err(refused)?;
+    if filters.is_empty() {
+        return Ok(0);
     }
-    Ok(replayed)
+    replay(st, filters).await
 }
 
-/// Replays through the writer and wakes the dispatcher when anything moved.
-async fn replay(st: &AdminState, filter: ReplayFilter) -> Result<usize, ApiError> {
+/// Replays through the writer, in one transaction, and wakes the
+/// dispatcher when anything moved.
+async fn replay(st: &AdminState, filters: Vec<ReplayFilter>) -> Result<usize, ApiError> {
     let n = st
         .writer
-        .replay(filter, clock::now_ms())
+        .replay(filters, clock::now_ms())
         .await
         .map_err(|e| {
             match &e {
@@ -334,8 +365,9 @@ async fn replay(st: &AdminState, filter: ReplayFilter) -> Result<usize, ApiError
             ApiError::Unavailable
         })?;
     if n > 0 {
-        tracing::info!(events = n, "replayed through the admin API");
+        tracing::info!(deliveries = n, "replayed through the admin API");
         st.dispatch.notify_one();
+        st.pull.wake_all();
     }
     Ok(n)
 }
@@ -376,6 +408,13 @@ mod tests {
             ..ListParams::default()
         });
         assert!(state.starts_with("state:"), "{state}");
+        // A delivery is never stored.
+        let stored = bad(ListParams {
+            destination: Some("ci".into()),
+            state: Some("stored".into()),
+            ..ListParams::default()
+        });
+        assert!(stored.contains("with destination"), "{stored}");
         let before = bad(ListParams {
             before: Some("abc".into()),
             ..ListParams::default()

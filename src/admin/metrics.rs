@@ -5,7 +5,16 @@
 //! so a source that disappears from the table also disappears from the
 //! output, and they are right from the first scrape after a restart.
 //! Every configured source gets its pending, dead and oldest-age series
-//! even at zero, so alert rules always have something to compare.
+//! even at zero, and every configured destination its `_deliveries`
+//! series, so alert rules always have something to compare.
+//!
+//! Two levels, so the rules written before routes keep their meaning:
+//! `hookbox_pending_events`, `hookbox_dead_events` and
+//! `hookbox_oldest_pending_age_seconds` count events by `source` (an event
+//! is pending while any of its deliveries is, dead when one is dead and
+//! none pending); `hookbox_pending_deliveries`, `hookbox_dead_deliveries`
+//! and `hookbox_oldest_pending_delivery_age_seconds` count deliveries by
+//! `source` and `destination`, the level at which a destination fails.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,7 +32,7 @@ use prometheus_client::registry::Registry;
 use super::AdminState;
 use crate::clock;
 use crate::error::ApiError;
-use crate::store::queries::{self, MetricsSnapshot};
+use crate::store::queries::{self, Known, MetricsSnapshot};
 
 type Labels = Vec<(&'static str, String)>;
 type GaugeF = Gauge<f64, AtomicU64>;
@@ -31,7 +40,7 @@ type GaugeF = Gauge<f64, AtomicU64>;
 /// `GET /metrics` in the Prometheus text format (0.0.4).
 pub async fn metrics(State(st): State<AdminState>) -> Result<Response, ApiError> {
     let snapshot = st.store.read(queries::metrics_snapshot).await?;
-    let known: Vec<String> = st.config.sources.iter().map(|s| s.name.clone()).collect();
+    let known = st.known();
     let sizes = database_sizes(st.store.path());
     let mut out = String::new();
     st.metrics.encode(&mut out).map_err(anyhow::Error::from)?;
@@ -56,21 +65,27 @@ fn pair(source: &str, key: &'static str, value: &str) -> Labels {
     vec![("source", source.to_owned()), (key, value.to_owned())]
 }
 
+fn age_seconds(now: i64, then: i64) -> f64 {
+    (now - then).max(0) as f64 / 1000.0
+}
+
 fn scraped_registry(
     snap: &MetricsSnapshot,
-    known: &[String],
+    known: &Known,
     (db_bytes, wal_bytes): (u64, u64),
     now: i64,
 ) -> Registry {
     let mut registry = Registry::with_prefix("hookbox");
 
     // source -> (pending, oldest age s, dead), every configured one at 0.
-    let mut per_source: BTreeMap<&str, (i64, f64, i64)> =
-        known.iter().map(|s| (s.as_str(), (0, 0.0, 0))).collect();
+    let mut per_source: BTreeMap<&str, (i64, f64, i64)> = known
+        .iter()
+        .map(|(s, _)| (s.as_str(), (0, 0.0, 0)))
+        .collect();
     for (s, n, oldest) in &snap.pending {
         let e = per_source.entry(s).or_default();
         e.0 = *n;
-        e.1 = (now - oldest).max(0) as f64 / 1000.0;
+        e.1 = age_seconds(now, *oldest);
     }
     for (s, n) in &snap.dead {
         per_source.entry(s).or_default().2 = *n;
@@ -98,6 +113,7 @@ fn scraped_registry(
         "Events parked after a permanent failure or too many attempts, until replayed",
         dead,
     );
+    register_lanes(&mut registry, snap, known, now);
 
     let runs = Family::<Labels, Counter>::default();
     for (s, job, n) in &snap.catchup_runs {
@@ -144,6 +160,52 @@ fn scraped_registry(
     registry
 }
 
+/// The `_deliveries` gauges, by source and destination: every configured
+/// destination at 0 first, then what the database holds (a destination
+/// removed from the config shows while it keeps rows).
+fn register_lanes(registry: &mut Registry, snap: &MetricsSnapshot, known: &Known, now: i64) {
+    // (source, destination) -> (pending, oldest age s, dead).
+    let mut per_lane: BTreeMap<(&str, &str), (i64, f64, i64)> = known
+        .iter()
+        .flat_map(|(s, ds)| {
+            ds.iter()
+                .map(move |d| ((s.as_str(), d.as_str()), (0, 0.0, 0)))
+        })
+        .collect();
+    for (s, d, n, oldest) in &snap.lane_pending {
+        let e = per_lane.entry((s, d)).or_default();
+        e.0 = *n;
+        e.1 = age_seconds(now, *oldest);
+    }
+    for (s, d, n) in &snap.lane_dead {
+        per_lane.entry((s, d)).or_default().2 = *n;
+    }
+    let pending = Family::<Labels, Gauge>::default();
+    let oldest = Family::<Labels, GaugeF>::default();
+    let dead = Family::<Labels, Gauge>::default();
+    for ((s, d), (p, age, n)) in &per_lane {
+        let labels = pair(s, "destination", d);
+        pending.get_or_create(&labels).set(*p);
+        oldest.get_or_create(&labels).set(*age);
+        dead.get_or_create(&labels).set(*n);
+    }
+    registry.register(
+        "pending_deliveries",
+        "Deliveries waiting to reach their destination (including those being retried)",
+        pending,
+    );
+    registry.register(
+        "oldest_pending_delivery_age_seconds",
+        "Age of the event of the destination's oldest pending delivery (0 when none)",
+        oldest,
+    );
+    registry.register(
+        "dead_deliveries",
+        "Deliveries parked after a permanent failure or too many attempts, until replayed",
+        dead,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,10 +215,16 @@ mod tests {
         let snap = MetricsSnapshot {
             pending: vec![("a".into(), 3, 1_000)],
             dead: vec![("gone".into(), 2)],
+            lane_pending: vec![("a".into(), "ci".into(), 4, 1_000)],
+            lane_dead: vec![("gone".into(), "old".into(), 2)],
             catchup_runs: vec![("a".into(), "github_redelivery".into(), 4)],
             ..MetricsSnapshot::default()
         };
-        let registry = scraped_registry(&snap, &["a".into(), "b".into()], (4096, 100), 61_000);
+        let known = [
+            ("a".to_owned(), vec!["ci".to_owned(), "chat".to_owned()]),
+            ("b".to_owned(), vec![]),
+        ];
+        let registry = scraped_registry(&snap, &known, (4096, 100), 61_000);
         let mut text = String::new();
         prometheus_text::encode(&mut text, &registry).unwrap();
         for line in [
@@ -165,6 +233,11 @@ mod tests {
             r#"hookbox_oldest_pending_age_seconds{source="a"} 60.0"#,
             r#"hookbox_dead_events{source="gone"} 2"#,
             r#"hookbox_dead_events{source="b"} 0"#,
+            r#"hookbox_pending_deliveries{source="a",destination="ci"} 4"#,
+            r#"hookbox_pending_deliveries{source="a",destination="chat"} 0"#,
+            r#"hookbox_oldest_pending_delivery_age_seconds{source="a",destination="ci"} 60.0"#,
+            r#"hookbox_dead_deliveries{source="a",destination="chat"} 0"#,
+            r#"hookbox_dead_deliveries{source="gone",destination="old"} 2"#,
             r#"hookbox_catchup_runs_total{source="a",job="github_redelivery"} 4"#,
             "hookbox_database_size_bytes 4196",
             "hookbox_database_wal_size_bytes 100",

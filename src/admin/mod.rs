@@ -52,17 +52,29 @@ pub struct AdminState {
     /// Wakes the dispatcher after a replay, so it starts within
     /// milliseconds rather than at its idle recheck.
     pub dispatch: Arc<Notify>,
+    /// Wakes pull long-polls after a replay.
+    pub pull: Arc<crate::pull::PullHub>,
     pub metrics: Arc<Metrics>,
     /// Runs a source's catch-up pass on demand.
     pub catchup: CatchupHandle,
 }
 
 impl AdminState {
-    /// Whether `source` is configured with a destination.
-    fn delivers(&self, source: &str) -> bool {
+    /// The names of `source`'s configured destinations, in config order.
+    fn destinations(&self, source: &str) -> Vec<String> {
         self.config
             .source(source)
-            .is_some_and(|s| !s.destinations.is_empty())
+            .map(|s| s.destinations.iter().map(|d| d.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every configured source with its destinations' names, for the counts.
+    fn known(&self) -> Vec<(String, Vec<String>)> {
+        self.config
+            .sources
+            .iter()
+            .map(|s| (s.name.clone(), self.destinations(&s.name)))
+            .collect()
     }
 }
 

@@ -24,9 +24,10 @@ pub struct Overview {
     pub last_runs: Vec<CatchupRun>,
 }
 
-/// Reads the counts per source and state and each job's last run.
+/// Reads the counts per source and state, per destination and state, and
+/// each job's last run.
 pub async fn overview(st: &AdminState) -> Result<Overview, ApiError> {
-    let known: Vec<String> = st.config.sources.iter().map(|s| s.name.clone()).collect();
+    let known = st.known();
     let now = clock::now_ms();
     let (sources, last_runs) = st
         .store
@@ -55,7 +56,8 @@ pub async fn overview(st: &AdminState) -> Result<Overview, ApiError> {
     })
 }
 
-/// `GET /api/stats`: counts per source and state, the oldest pending
+/// `GET /api/stats`: counts per source and state, each source's
+/// destinations with their deliveries per state, the oldest pending
 /// event's age (per source and overall), and each catch-up job's last run.
 pub async fn stats(State(st): State<AdminState>) -> Result<Json<Value>, ApiError> {
     let o = overview(&st).await?;

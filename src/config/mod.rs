@@ -18,6 +18,7 @@ mod duration;
 mod edge;
 pub mod limits;
 mod ops;
+mod orphans;
 mod secret;
 mod tls;
 

@@ -75,8 +75,10 @@ pub enum WriteCmd {
         leases: Vec<Lease>,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
+    /// Every filter in one transaction (replaying an event at each of its
+    /// destinations is one change).
     Replay {
-        filter: ReplayFilter,
+        filters: Vec<ReplayFilter>,
         now: i64,
         reply: oneshot::Sender<Result<usize, StoreError>>,
     },
@@ -175,8 +177,12 @@ impl WriteCmd {
                     })
                     .collect::<anyhow::Result<_>>()?,
             ),
-            WriteCmd::Replay { filter, now, .. } => {
-                Applied::Replayed(replay::replay(tx, filter, *now)?)
+            WriteCmd::Replay { filters, now, .. } => {
+                let mut n = 0;
+                for filter in filters {
+                    n += replay::replay(tx, filter, *now)?;
+                }
+                Applied::Replayed(n)
             }
             WriteCmd::Prune { batch, .. } => Applied::Pruned(retention::apply(tx, batch)?),
             WriteCmd::SaveIpSet { name, set, .. } => {

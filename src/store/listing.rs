@@ -12,11 +12,17 @@ use anyhow::Context;
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
+use super::queries::{EVENT_ATTEMPTS, EVENT_LAST_ERROR};
+
 /// Which events to list.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub source: Option<String>,
-    /// `pending`, `delivered`, `dead` or `stored`.
+    /// Only events with a delivery there; the listing then shows that
+    /// delivery's state, attempts and last error.
+    pub destination: Option<String>,
+    /// `pending`, `delivered`, `dead` or `stored` (the delivery's state,
+    /// never `stored`, with a destination).
     pub state: Option<String>,
     pub event_type: Option<String>,
     pub limit: usize,
@@ -29,45 +35,69 @@ pub struct EventSummary {
     /// RFC 3339, UTC, milliseconds.
     pub received_at: String,
     pub source: String,
+    /// With a destination filter, this and the two after are the
+    /// delivery's; otherwise the event's, over all its deliveries.
     pub state: String,
     pub attempts: i64,
     pub event_type: Option<String>,
     pub delivery_id: String,
     pub last_error: Option<String>,
+    /// The destination filtered on, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
 }
 
-/// The newest `filter.limit` events matching `filter`.
+/// The newest `filter.limit` events matching `filter`. The event's
+/// attempts and last error come from its deliveries (see
+/// [`super::queries`]); with a destination, from its delivery there,
+/// walking `UNIQUE (event_id, destination)` backwards.
 pub fn list(conn: &Connection, filter: &ListFilter) -> anyhow::Result<Vec<EventSummary>> {
-    conn.prepare_cached(
-        "SELECT id, received_at, source, state, attempts, event_type, delivery_id, last_error
-         FROM events
-         WHERE (?1 IS NULL OR source = ?1)
-           AND (?2 IS NULL OR state = ?2)
-           AND (?3 IS NULL OR event_type = ?3)
-         ORDER BY id DESC LIMIT ?4",
-    )?
-    .query_map(
-        params![
-            filter.source,
-            filter.state,
-            filter.event_type,
-            filter.limit as i64
-        ],
-        |r| {
-            Ok(EventSummary {
-                id: r.get(0)?,
-                received_at: rfc3339_ms(r.get(1)?),
-                source: r.get(2)?,
-                state: r.get(3)?,
-                attempts: r.get(4)?,
-                event_type: r.get(5)?,
-                delivery_id: r.get(6)?,
-                last_error: r.get(7)?,
-            })
-        },
-    )?
-    .collect::<rusqlite::Result<Vec<_>>>()
-    .context("listing events")
+    let sql = match filter.destination {
+        None => format!(
+            "SELECT e.id, e.received_at, e.source, e.state, {EVENT_ATTEMPTS}, e.event_type,
+                    e.delivery_id, {EVENT_LAST_ERROR}
+             FROM events AS e
+             WHERE (?1 IS NULL OR e.source = ?1)
+               AND (?2 IS NULL OR e.state = ?2)
+               AND (?3 IS NULL OR e.event_type = ?3)
+               AND ?5 IS NULL -- binds the same parameters as the other form
+             ORDER BY e.id DESC LIMIT ?4"
+        ),
+        Some(_) => "SELECT e.id, e.received_at, e.source, d.state, d.attempts, e.event_type,
+                    e.delivery_id, d.last_error
+             FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
+             WHERE d.destination = ?5
+               AND (?1 IS NULL OR d.source = ?1)
+               AND (?2 IS NULL OR d.state = ?2)
+               AND (?3 IS NULL OR e.event_type = ?3)
+             ORDER BY d.event_id DESC LIMIT ?4"
+            .to_owned(),
+    };
+    conn.prepare_cached(&sql)?
+        .query_map(
+            params![
+                filter.source,
+                filter.state,
+                filter.event_type,
+                filter.limit as i64,
+                filter.destination
+            ],
+            |r| {
+                Ok(EventSummary {
+                    id: r.get(0)?,
+                    received_at: rfc3339_ms(r.get(1)?),
+                    source: r.get(2)?,
+                    state: r.get(3)?,
+                    attempts: r.get(4)?,
+                    event_type: r.get(5)?,
+                    delivery_id: r.get(6)?,
+                    last_error: r.get(7)?,
+                    destination: filter.destination.clone(),
+                })
+            },
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .context("listing events")
 }
 
 fn rfc3339_ms(unix_ms: i64) -> String {
@@ -171,10 +201,19 @@ mod tests {
         .into_iter()
         .enumerate()
         {
+            // The event's own dispatch columns hold what a version-8
+            // database left there: the listing must not show them.
             conn.execute(
                 "INSERT INTO events (source, delivery_id, event_type, received_at, state, attempts, last_error)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 2, CASE ?5 WHEN 'dead' THEN 'HTTP 410' || char(10) || 'gone' END)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, 99, 'stale')",
                 params![source, format!("d{i}"), kind, 1_700_000_000_000i64 + i as i64, state],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO deliveries (event_id, source, destination, state, attempts, last_error)
+                 VALUES (last_insert_rowid(), ?1, 'default', ?2, 2,
+                         CASE ?2 WHEN 'dead' THEN 'HTTP 410' || char(10) || 'gone' END)",
+                params![source, state],
             )
             .unwrap();
         }
@@ -207,6 +246,55 @@ mod tests {
         let rows = list(&conn, &pushes).unwrap();
         assert_eq!(ids(&rows), [4]);
         assert_eq!(rows[0].received_at, "2023-11-14T22:13:20.003Z");
+    }
+
+    #[test]
+    fn a_destination_lists_its_deliveries_with_their_state() {
+        let conn = db();
+        // Event 1 (delivered at default) also went to ci and died there.
+        conn.execute(
+            "INSERT INTO deliveries (event_id, source, destination, state, attempts, last_error)
+             VALUES (1, 'github', 'ci', 'dead', 5, 'HTTP 500')",
+            [],
+        )
+        .unwrap();
+        let at_ci = ListFilter {
+            destination: Some("ci".into()),
+            limit: 10,
+            ..ListFilter::default()
+        };
+        let rows = list(&conn, &at_ci).unwrap();
+        assert_eq!(ids(&rows), [1]);
+        assert_eq!(
+            (
+                rows[0].state.as_str(),
+                rows[0].attempts,
+                rows[0].last_error.as_deref()
+            ),
+            ("dead", 5, Some("HTTP 500"))
+        );
+        assert_eq!(rows[0].destination.as_deref(), Some("ci"));
+        let delivered_at_ci = ListFilter {
+            state: Some("delivered".into()),
+            ..at_ci.clone()
+        };
+        assert!(list(&conn, &delivered_at_ci).unwrap().is_empty());
+        // Without a destination: the event, over all its deliveries.
+        let all = list(
+            &conn,
+            &ListFilter {
+                limit: 10,
+                ..ListFilter::default()
+            },
+        )
+        .unwrap();
+        let one = all.iter().find(|r| r.id == 1).unwrap();
+        assert_eq!((one.state.as_str(), one.attempts), ("delivered", 7));
+        assert_eq!(one.last_error.as_deref(), Some("HTTP 500"));
+        assert_eq!(one.destination, None);
+        let json = render_json_lines(&rows).unwrap();
+        assert!(json.contains(r#""destination":"ci""#), "{json}");
+        assert!(!render_json_lines(&all).unwrap().contains("destination"));
     }
 
     #[test]

@@ -309,10 +309,14 @@ impl WriterHandle {
     }
 
     /// Puts matching dead or delivered deliveries back to pending (and
-    /// creates those the filter asks for), durably.
-    pub async fn replay(&self, filter: ReplayFilter, now: i64) -> Result<usize, StoreError> {
+    /// creates those the filters ask for), durably and all at once.
+    pub async fn replay(&self, filters: Vec<ReplayFilter>, now: i64) -> Result<usize, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Replay { filter, now, reply })?;
+        self.send(WriteCmd::Replay {
+            filters,
+            now,
+            reply,
+        })?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 

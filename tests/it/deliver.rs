@@ -580,9 +580,9 @@ async fn a_410_is_dead_at_once_exhausted_retries_are_dead_and_replay_delivers_th
     down.set_script(|_, _| Reply::status(204));
     let config = write_cli_config(&app, &sources);
     let out = hookbox_cli(&config, &["replay", &flaky.to_string()]).await;
-    assert!(out.contains("1 event(s) put back to pending"), "{out}");
+    assert!(out.contains("1 delivery put back to pending"), "{out}");
     let out = hookbox_cli(&config, &["replay", "--dead", "--source", "github"]).await;
-    assert!(out.contains("1 event(s) put back to pending"), "{out}");
+    assert!(out.contains("1 delivery put back to pending"), "{out}");
 
     // The running server notices within its idle recheck (5 s).
     for (id, delivery) in [(flaky, "flaky"), (gone, "gone")] {
@@ -645,7 +645,7 @@ async fn a_cli_replay_is_picked_up_within_seconds_while_another_event_waits_for_
     down.set_script(|_, _| Reply::status(204));
     let config = write_cli_config(&app, &sources);
     let out = hookbox_cli(&config, &["replay", "--dead"]).await;
-    assert!(out.contains("1 event(s) put back to pending"), "{out}");
+    assert!(out.contains("1 delivery put back to pending"), "{out}");
     // "A running server picks them up within seconds" (hookbox replay
     // --help); the idle recheck is 5 s.
     wait_for_state(&app.db_path, gone, "delivered").await;

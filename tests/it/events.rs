@@ -35,12 +35,21 @@ async fn events_lists_newest_first_with_filters_as_a_table_or_json_lines() {
     post(&app, "first", "push").await;
     post(&app, "second", "issues").await;
     post(&app, "third", "push").await;
-    app.db()
-        .execute(
-            "UPDATE events SET state = 'dead', attempts = 12, last_error = ?1 WHERE delivery_id = 'second'",
-            params!["HTTP 503 from the destination\nwith a second line"],
-        )
-        .unwrap();
+    // As dispatch leaves a dead letter: the state of its delivery, and the
+    // event's derived from it.
+    let db = app.db();
+    db.execute(
+        "UPDATE events SET state = 'dead' WHERE delivery_id = 'second'",
+        [],
+    )
+    .unwrap();
+    db.execute(
+        "INSERT INTO deliveries (event_id, source, destination, state, attempts, last_error)
+         SELECT id, source, 'default', 'dead', 12, ?1 FROM events WHERE delivery_id = 'second'",
+        params!["HTTP 503 from the destination\nwith a second line"],
+    )
+    .unwrap();
+    drop(db);
 
     let table = events(&app.db_path, &[]).await;
     let lines: Vec<&str> = table.lines().collect();

@@ -30,6 +30,7 @@ mod read_only;
 mod receive;
 mod retention;
 mod routes;
+mod routes_admin;
 mod routes_crash;
 mod secrets;
 mod soak;

@@ -1,6 +1,10 @@
 //! One event's page (`GET /events/{id}`) and the replay actions
 //! (`POST /events/{id}/replay`, `POST /replay`), which go through the
 //! same functions as the API's replay, and so through the writer.
+//!
+//! The event page lists the event's deliveries, one row per destination,
+//! each with its own replay button, and a "deliver here" button for each
+//! configured destination the event never went to.
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -16,7 +20,7 @@ use super::view::{self, excerpt, link, opt_time, state, time};
 use super::{Dashboard, PageError};
 use crate::admin::events;
 use crate::error::ApiError;
-use crate::store::queries;
+use crate::store::queries::{self, DeliveryRow};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct DetailQuery {
@@ -39,11 +43,21 @@ pub(super) async fn detail(
         .await?
         .ok_or(ApiError::NotFound("unknown_event"))?;
     let e = &d.summary;
-    // As the replay itself decides (`dispatch::replay`): an emptied body
-    // cannot be delivered again.
-    let replayable = st.admin.delivers(&e.source)
-        && matches!(e.state.as_str(), "dead" | "delivered")
-        && d.body.is_some();
+    let configured = st.admin.destinations(&e.source);
+    let has_body = d.body.is_some();
+    // As the replay itself decides (`dispatch::replay`): only deliveries at
+    // configured destinations move, and an emptied body cannot be
+    // delivered again.
+    let replayable = |row: &DeliveryRow| {
+        has_body
+            && configured.contains(&row.destination)
+            && matches!(row.state.as_str(), "dead" | "delivered")
+    };
+    let any_replayable = d.deliveries.iter().any(replayable);
+    let never: Vec<&String> = configured
+        .iter()
+        .filter(|name| !d.deliveries.iter().any(|row| &row.destination == *name))
+        .collect();
     let headers: Vec<(String, String)> = match &d.headers {
         serde_json::Value::Object(map) => map
             .iter()
@@ -73,7 +87,52 @@ pub(super) async fn detail(
             tr { th { "Order key" } td { (d.order_key.as_deref().unwrap_or("-")) } }
             tr { th { "Last error" } td { (e.last_error.as_deref().unwrap_or("-")) } }
         }
-        @if replayable { (replay_button(e.id, &session.csrf)) }
+        @if any_replayable { (replay_button(e.id, None, "Replay every dead or delivered delivery", &session.csrf)) }
+        h2 { "Deliveries" }
+        @if d.deliveries.is_empty() && never.is_empty() {
+            p { "None: the source has no destination." }
+        } @else {
+            table {
+                tr {
+                    th { "Destination" } th { "State" } th { "Attempts" } th { "Next attempt" }
+                    th { "Delivered" } th { "Last error" } th {}
+                }
+                @for row in &d.deliveries {
+                    tr {
+                        td {
+                            (row.destination)
+                            @if !configured.contains(&row.destination) { " (not in the config: kept, not dispatched)" }
+                        }
+                        td { (state(&row.state)) }
+                        td.n { (row.attempts) }
+                        td {
+                            @if row.state == "pending" && row.next_attempt_at.is_none() {
+                                "after the older pending event of its order key"
+                            } @else { (opt_time(row.next_attempt_at)) }
+                        }
+                        td { (opt_time(row.delivered_at)) }
+                        td { (excerpt(row.last_error.as_deref().unwrap_or(""), MAX_EXCERPT)) }
+                        td {
+                            @if replayable(row) {
+                                (replay_button(e.id, Some(&row.destination), "Replay", &session.csrf))
+                            }
+                        }
+                    }
+                }
+                @for name in &never {
+                    tr {
+                        td { (name) }
+                        td { "none: never sent there (its filter did not take the event, or the destination came later)" }
+                        td.n { "0" } td { "-" } td { "-" } td {}
+                        td {
+                            @if has_body {
+                                (replay_button(e.id, Some(name), "Deliver here", &session.csrf))
+                            }
+                        }
+                    }
+                }
+            }
+        }
         h2 { "Headers" }
         table {
             @for (name, value) in &headers { tr { th { code { (name) } } td { code { (value) } } } }
@@ -92,9 +151,13 @@ pub(super) async fn detail(
         h2 { "Attempts" }
         @if d.attempts.is_empty() { p { "None yet." } } @else {
             table {
-                tr { th { "#" } th { "Started" } th { "Duration" } th { "Outcome" } th { "Status" } th { "Error" } }
+                tr {
+                    th { "Destination" } th { "#" } th { "Started" } th { "Duration" } th { "Outcome" }
+                    th { "Status" } th { "Error" }
+                }
                 @for a in &d.attempts {
                     tr {
+                        td { (a.destination) }
                         td.n { (a.attempt) } td { (time(a.started_at)) } td.n { (a.duration_ms) " ms" }
                         td { (a.outcome) } td.n { (a.status_code.map(|s| s.to_string()).unwrap_or_default()) }
                         td { (excerpt(a.error.as_deref().unwrap_or(""), MAX_EXCERPT)) }
@@ -103,8 +166,8 @@ pub(super) async fn detail(
             }
         }
     };
-    let notice =
-        replayed.then_some("Replayed: the event is back to pending and will be delivered shortly.");
+    let notice = replayed
+        .then_some("Replayed: the delivery is back to pending and will be delivered shortly.");
     Ok(view::page(
         &format!("Event {id}"),
         Some(&session.csrf),
@@ -120,17 +183,16 @@ fn parse_id(id: &str) -> Result<i64, ApiError> {
         .ok_or(ApiError::NotFound("unknown_event"))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub(super) struct ReplayForm {
     csrf: Option<String>,
     source: Option<String>,
+    /// Only the delivery there (created if the event never had one).
+    destination: Option<String>,
 }
 
 fn form_fields(form: Result<Form<ReplayForm>, FormRejection>) -> ReplayForm {
-    form.map(|Form(f)| f).unwrap_or(ReplayForm {
-        csrf: None,
-        source: None,
-    })
+    form.map(|Form(f)| f).unwrap_or_default()
 }
 
 /// `POST /events/{id}/replay`: replays one event, then shows it.
@@ -141,13 +203,16 @@ pub(super) async fn replay_one(
     headers: HeaderMap,
     form: Result<Form<ReplayForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    check_post(&headers, &session, form_fields(form).csrf.as_deref())?;
+    let form = form_fields(form);
+    check_post(&headers, &session, form.csrf.as_deref())?;
     let id = parse_id(&id)?;
-    events::replay_event(&st.admin, id).await?;
+    let destination = form.destination.filter(|d| !d.is_empty());
+    events::replay_event(&st.admin, id, destination.as_deref()).await?;
     Ok(Redirect::to(&format!("/events/{id}?replayed=1")).into_response())
 }
 
-/// `POST /replay`: replays every dead event (of `source`, if given).
+/// `POST /replay`: replays every dead delivery (of `source`, at
+/// `destination`, if given).
 pub(super) async fn replay_dead(
     State(st): State<Dashboard>,
     Extension(session): Extension<Session>,
@@ -157,11 +222,21 @@ pub(super) async fn replay_dead(
     let form = form_fields(form);
     check_post(&headers, &session, form.csrf.as_deref())?;
     let source = form.source.filter(|s| !s.is_empty());
-    let n = events::replay_matching(&st.admin, "dead", source.clone(), None, None).await?;
-    let n = n.to_string();
+    let destination = form.destination.filter(|d| !d.is_empty());
+    let bulk = events::Bulk {
+        state: Some("dead".to_owned()),
+        source: source.clone(),
+        destination: destination.clone(),
+        ..events::Bulk::default()
+    };
+    let n = events::replay_matching(&st.admin, bulk).await?.to_string();
     let to = link(
         "/dead",
-        &[("source", source.as_deref()), ("replayed", Some(&n))],
+        &[
+            ("source", source.as_deref()),
+            ("destination", destination.as_deref()),
+            ("replayed", Some(&n)),
+        ],
     );
     Ok(Redirect::to(&to).into_response())
 }

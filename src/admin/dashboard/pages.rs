@@ -14,7 +14,7 @@ use super::view::{self, csrf_field, excerpt, link, opt_time, state, time};
 use super::{Dashboard, PageError};
 use crate::admin::DEFAULT_LIMIT;
 use crate::error::ApiError;
-use crate::store::queries::{self, EventFilter, EventPage, EventSummary, STATES};
+use crate::store::queries::{self, DELIVERY_STATES, EventFilter, EventPage, EventSummary, STATES};
 
 /// Longest error excerpt in a table cell.
 pub(super) const MAX_EXCERPT: usize = 120;
@@ -31,6 +31,7 @@ pub(super) async fn overview(
         last_runs,
     } = crate::admin::stats::overview(&st.admin).await?;
     let age = |a: Option<f64>| a.map(|a| format!("{a:.0} s")).unwrap_or_else(|| "-".into());
+    let now = crate::clock::now_ms();
     let content = html! {
         table {
             tr { th { "Source" } @for s in STATES { th { (s) } } th { "Oldest pending" } }
@@ -46,6 +47,27 @@ pub(super) async fn overview(
                     }
                     td.n { (age(s.oldest_pending_age_seconds)) }
                 }
+                // Each destination's deliveries, under its source.
+                @for (name, d) in &s.destinations {
+                    tr.destination {
+                        td {
+                            "↳ "
+                            a href=(link("/events", &[("source", Some(&s.source)), ("destination", Some(name))])) { (name) }
+                            @if !d.configured { " (not in the config)" }
+                        }
+                        @for (state, n) in [("pending", d.pending), ("delivered", d.delivered), ("dead", d.dead)] {
+                            td.n {
+                                a href=(link(
+                                    if state == "dead" { "/dead" } else { "/events" },
+                                    &[("source", Some(&s.source)), ("destination", Some(name)),
+                                      ("state", Some(state).filter(|s| *s != "dead"))],
+                                )) { (n) }
+                            }
+                        }
+                        td.n { "-" }
+                        td.n { (age(d.oldest_pending_at.map(|at| (now - at).max(0) as f64 / 1000.0))) }
+                    }
+                }
             }
             tr {
                 th { "All" }
@@ -53,6 +75,7 @@ pub(super) async fn overview(
                 th.n { (age(oldest)) }
             }
         }
+        p { "Events count once per source; the rows marked ↳ count each destination's deliveries." }
         h2 { "Last catch-up run of each job" }
         (runs_table(&last_runs))
     };
@@ -63,6 +86,7 @@ pub(super) async fn overview(
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct ListQuery {
     source: Option<String>,
+    destination: Option<String>,
     state: Option<String>,
     event_type: Option<String>,
     before: Option<String>,
@@ -75,10 +99,16 @@ impl ListQuery {
     fn filter(&self) -> Result<EventFilter, ApiError> {
         let set = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
         let state = set(&self.state);
+        let destination = set(&self.destination);
+        // With a destination, the state is its delivery's: never `stored`.
+        let states: &[&str] = match destination {
+            Some(_) => &DELIVERY_STATES,
+            None => &STATES,
+        };
         if let Some(s) = &state
-            && !STATES.contains(&s.as_str())
+            && !states.contains(&s.as_str())
         {
-            let detail = format!("state: must be one of {}", STATES.join(", "));
+            let detail = format!("state: must be one of {}", states.join(", "));
             return Err(ApiError::bad_request("invalid_filter", detail));
         }
         let before = match set(&self.before) {
@@ -89,6 +119,7 @@ impl ListQuery {
         };
         Ok(EventFilter {
             source: set(&self.source),
+            destination,
             state,
             event_type: set(&self.event_type),
             before,
@@ -122,6 +153,7 @@ pub(super) async fn inbox(
     let content = html! {
         form.filters method="get" action="/events" {
             (source_select(&st, filter.source.as_deref()))
+            (destination_select(&st, filter.destination.as_deref()))
             label { "State"
                 select name="state" {
                     option value="" { "any" }
@@ -131,6 +163,9 @@ pub(super) async fn inbox(
             label { "Event type" input type="text" name="event_type" value=[filter.event_type.as_deref()]; }
             button type="submit" { "Filter" }
         }
+        @if let Some(d) = &filter.destination {
+            p { "Events with a delivery at " b { (d) } "; state, attempts and last error are that delivery's." }
+        }
         (events_table(&page.events, None))
         (older_link("/events", &filter, page.next_before))
     };
@@ -138,6 +173,8 @@ pub(super) async fn inbox(
 }
 
 /// `GET /dead`: dead letters with a replay button each, and one for all.
+/// Without a destination, events that are dead (a delivery dead, none
+/// pending); with one, the events whose delivery there is dead.
 pub(super) async fn dead(
     State(st): State<Dashboard>,
     Extension(session): Extension<Session>,
@@ -150,22 +187,25 @@ pub(super) async fn dead(
         .replayed
         .as_deref()
         .and_then(|n| n.parse::<usize>().ok())
-        .map(|n| format!("Replayed {n} event(s): back to pending, to be delivered shortly."));
+        .map(|n| format!("Replayed {n} delivery(s): back to pending, to be delivered shortly."));
     let page = list(&st, filter.clone()).await?;
     let source = filter.source.as_deref();
+    let destination = filter.destination.as_deref();
     let content = html! {
         form.filters method="get" action="/dead" {
             (source_select(&st, source))
+            (destination_select(&st, destination))
             button type="submit" { "Filter" }
         }
         form.inline method="post" action="/replay" {
             (csrf_field(&session.csrf))
             @if let Some(source) = source { input type="hidden" name="source" value=(source); }
+            @if let Some(d) = destination { input type="hidden" name="destination" value=(d); }
             button type="submit" {
-                @match source {
-                    Some(source) => { "Replay all dead of " (source) }
-                    None => "Replay all dead (every source)",
-                }
+                "Replay all dead"
+                @if let Some(source) = source { " of " (source) }
+                @if let Some(d) = destination { " at " (d) }
+                @if source.is_none() && destination.is_none() { " (every source)" }
             }
         }
         (events_table(&page.events, Some(&session.csrf)))
@@ -192,6 +232,28 @@ fn source_select(st: &Dashboard, chosen: Option<&str>) -> Markup {
     }
 }
 
+/// Every destination name of the config (a name may be in several sources).
+fn destination_select(st: &Dashboard, chosen: Option<&str>) -> Markup {
+    let names: std::collections::BTreeSet<&str> = st
+        .admin
+        .config
+        .sources
+        .iter()
+        .flat_map(|s| s.destinations.iter().map(|d| d.name.as_str()))
+        .chain(chosen)
+        .collect();
+    html! {
+        label { "Destination"
+            select name="destination" {
+                option value="" { "any" }
+                @for name in names {
+                    option value=(name) selected[chosen == Some(name)] { (name) }
+                }
+            }
+        }
+    }
+}
+
 fn older_link(path: &str, f: &EventFilter, next: Option<i64>) -> Markup {
     let Some(next) = next else {
         return html! {};
@@ -201,6 +263,7 @@ fn older_link(path: &str, f: &EventFilter, next: Option<i64>) -> Markup {
         path,
         &[
             ("source", f.source.as_deref()),
+            ("destination", f.destination.as_deref()),
             ("state", f.state.as_deref().filter(|_| path == "/events")),
             ("event_type", f.event_type.as_deref()),
             ("before", Some(&next)),
@@ -209,7 +272,9 @@ fn older_link(path: &str, f: &EventFilter, next: Option<i64>) -> Markup {
     html! { p { a href=(href) { "Older →" } } }
 }
 
-/// Events as table rows; with `csrf`, each row gets a replay button.
+/// Events as table rows; with `csrf`, each row gets a replay button. A
+/// row listed for a destination filter shows that delivery's state,
+/// attempts and last error, and its button replays that delivery.
 fn events_table(events: &[EventSummary], csrf: Option<&str>) -> Markup {
     html! {
         @if events.is_empty() {
@@ -222,17 +287,31 @@ fn events_table(events: &[EventSummary], csrf: Option<&str>) -> Markup {
                     @if csrf.is_some() { th {} }
                 }
                 @for e in events {
+                    @let (shown_state, attempts, last_error) = match &e.delivery {
+                        Some(d) => (&d.state, d.attempts, &d.last_error),
+                        None => (&e.state, e.attempts, &e.last_error),
+                    };
                     tr {
                         td.n { a href={ "/events/" (e.id) } { (e.id) } }
                         td { (time(e.received_at)) }
                         td { (e.source) }
                         td { (e.event_type.as_deref().unwrap_or("-")) }
                         td { code { (excerpt(&e.delivery_id, 60)) } }
-                        td { (state(&e.state)) }
-                        td.n { (e.attempts) }
-                        td { (excerpt(e.last_error.as_deref().unwrap_or(""), MAX_EXCERPT)) }
+                        td {
+                            (state(shown_state))
+                            @if let Some(d) = &e.delivery { " at " (d.destination) }
+                        }
+                        td.n { (attempts) }
+                        td { (excerpt(last_error.as_deref().unwrap_or(""), MAX_EXCERPT)) }
                         @if let Some(csrf) = csrf {
-                            td { (replay_button(e.id, csrf)) }
+                            td {
+                                (replay_button(
+                                    e.id,
+                                    e.delivery.as_ref().map(|d| d.destination.as_str()),
+                                    "Replay",
+                                    csrf,
+                                ))
+                            }
                         }
                     }
                 }
@@ -241,11 +320,14 @@ fn events_table(events: &[EventSummary], csrf: Option<&str>) -> Markup {
     }
 }
 
-pub(super) fn replay_button(id: i64, csrf: &str) -> Markup {
+/// A button that replays event `id`: at `destination` only, or every
+/// dead or delivered delivery of it.
+pub(super) fn replay_button(id: i64, destination: Option<&str>, label: &str, csrf: &str) -> Markup {
     html! {
         form.inline method="post" action={ "/events/" (id) "/replay" } {
             (csrf_field(csrf))
-            button type="submit" { "Replay" }
+            @if let Some(d) = destination { input type="hidden" name="destination" value=(d); }
+            button type="submit" { (label) }
         }
     }
 }

@@ -12,16 +12,38 @@ use super::STATES;
 #[derive(Debug, Clone, Serialize)]
 pub struct SourceStats {
     pub source: String,
-    /// Every state, zero included.
+    /// Events per (derived) state, every state listed, zero included.
     pub counts: BTreeMap<String, i64>,
+    /// The oldest event with a pending delivery.
     pub oldest_pending_age_seconds: Option<f64>,
+    /// Every configured destination, and every other one that still holds
+    /// deliveries (a destination removed from the config keeps its rows).
+    pub destinations: BTreeMap<String, DestinationStats>,
 }
 
-/// Counts per source and state (every name in `known` listed, even when
-/// empty), and the age of each source's oldest pending event at `now`.
+/// One destination's deliveries, per state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DestinationStats {
+    pub pending: i64,
+    pub delivered: i64,
+    pub dead: i64,
+    /// When the event of its oldest pending delivery arrived (unix ms).
+    pub oldest_pending_at: Option<i64>,
+    /// Whether the source's config still names it; one that does not is
+    /// kept but never dispatched.
+    pub configured: bool,
+}
+
+/// The sources to list in [`source_stats`], each with its configured
+/// destinations' names.
+pub type Known = [(String, Vec<String>)];
+
+/// Counts per source and state (every source in `known` listed, even when
+/// empty), the age at `now` of each source's oldest pending event, and
+/// each destination's deliveries per state.
 pub fn source_stats(
     conn: &Connection,
-    known: &[String],
+    known: &Known,
     now: i64,
 ) -> anyhow::Result<Vec<SourceStats>> {
     let mut by_source: BTreeMap<String, SourceStats> = BTreeMap::new();
@@ -30,10 +52,20 @@ pub fn source_stats(
             source: source.to_owned(),
             counts: STATES.iter().map(|s| ((*s).to_owned(), 0)).collect(),
             oldest_pending_age_seconds: None,
+            destinations: BTreeMap::new(),
         })
     }
-    for name in known {
-        entry(&mut by_source, name);
+    for (name, destinations) in known {
+        let e = entry(&mut by_source, name);
+        for d in destinations {
+            e.destinations.insert(
+                d.clone(),
+                DestinationStats {
+                    configured: true,
+                    ..DestinationStats::default()
+                },
+            );
+        }
     }
     let mut stmt =
         conn.prepare_cached("SELECT source, state, count(*) FROM events GROUP BY source, state")?;
@@ -47,19 +79,81 @@ pub fn source_stats(
     for (source, _, oldest) in pending(conn)? {
         entry(&mut by_source, &source).oldest_pending_age_seconds = Some(age_seconds(now, oldest));
     }
+    for lane in lane_counts(conn)? {
+        let d = entry(&mut by_source, &lane.source)
+            .destinations
+            .entry(lane.destination)
+            .or_default();
+        (d.pending, d.delivered, d.dead) = (lane.pending, lane.delivered, lane.dead);
+    }
+    for (source, destination, _, oldest) in pending_by_lane(conn)? {
+        entry(&mut by_source, &source)
+            .destinations
+            .entry(destination)
+            .or_default()
+            .oldest_pending_at = Some(oldest);
+    }
     Ok(by_source.into_values().collect())
 }
 
-/// `(source, count, oldest received_at)` of pending events, per source.
-/// Pending rows are the ones in the `events_due` partial index: few.
+/// `(source, events, oldest received_at)` of events with a pending
+/// delivery, per source. Read through `deliveries_due`, which holds the
+/// pending deliveries only: few.
 fn pending(conn: &Connection) -> anyhow::Result<Vec<(String, i64, i64)>> {
+    conn.prepare_cached(PENDING_BY_SOURCE)?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .context("counting pending events")
+}
+
+const PENDING_BY_SOURCE: &str = "SELECT d.source, count(DISTINCT d.event_id), min(e.received_at)
+     FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
+     WHERE d.state = 'pending' GROUP BY d.source";
+
+/// `(source, destination, deliveries, oldest received_at)` of pending
+/// deliveries, per lane; through `deliveries_due` as [`pending`] is.
+fn pending_by_lane(conn: &Connection) -> anyhow::Result<Vec<(String, String, i64, i64)>> {
+    conn.prepare_cached(PENDING_BY_LANE)?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .context("counting pending deliveries")
+}
+
+const PENDING_BY_LANE: &str = "SELECT d.source, d.destination, count(*), min(e.received_at)
+     FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
+     WHERE d.state = 'pending' GROUP BY d.source, d.destination";
+
+/// One destination's deliveries per state, as [`lane_counts`] reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneCount {
+    pub source: String,
+    pub destination: String,
+    pub pending: i64,
+    pub delivered: i64,
+    pub dead: i64,
+}
+
+/// Deliveries per (source, destination) and state. Reads the whole
+/// `deliveries` table (narrow rows, no bodies): for `/api/stats`, the
+/// overview and `hookbox check`, never for `/metrics`, which a scraper
+/// calls every few seconds.
+pub fn lane_counts(conn: &Connection) -> anyhow::Result<Vec<LaneCount>> {
     conn.prepare_cached(
-        "SELECT source, count(*), min(received_at) FROM events
-         WHERE state = 'pending' GROUP BY source",
+        "SELECT source, destination,
+                sum(state = 'pending'), sum(state = 'delivered'), sum(state = 'dead')
+         FROM deliveries GROUP BY source, destination ORDER BY source, destination",
     )?
-    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+    .query_map([], |r| {
+        Ok(LaneCount {
+            source: r.get(0)?,
+            destination: r.get(1)?,
+            pending: r.get(2)?,
+            delivered: r.get(3)?,
+            dead: r.get(4)?,
+        })
+    })?
     .collect::<rusqlite::Result<Vec<_>>>()
-    .context("counting pending events")
+    .context("counting deliveries per destination")
 }
 
 fn age_seconds(now: i64, then: i64) -> f64 {
@@ -132,9 +226,15 @@ pub fn last_catchup_runs(conn: &Connection) -> anyhow::Result<Vec<CatchupRun>> {
 /// What `/metrics` reads from the database at scrape time.
 #[derive(Debug, Clone, Default)]
 pub struct MetricsSnapshot {
-    /// `(source, count, oldest received_at)`.
+    /// `(source, events, oldest received_at)` of events with a pending delivery.
     pub pending: Vec<(String, i64, i64)>,
+    /// `(source, events)` of dead events.
     pub dead: Vec<(String, i64)>,
+    /// `(source, destination, deliveries, oldest received_at)` of pending
+    /// deliveries.
+    pub lane_pending: Vec<(String, String, i64, i64)>,
+    /// `(source, destination, deliveries)` of dead deliveries.
+    pub lane_dead: Vec<(String, String, i64)>,
     /// `(source, job, runs)`.
     pub catchup_runs: Vec<(String, String, i64)>,
     /// `(source, job, unix ms)` of each job's last complete run.
@@ -160,6 +260,8 @@ pub fn metrics_snapshot(conn: &Connection) -> anyhow::Result<MetricsSnapshot> {
     Ok(MetricsSnapshot {
         pending: pending(conn)?,
         dead,
+        lane_pending: pending_by_lane(conn)?,
+        lane_dead: pairs(DEAD_BY_LANE)?,
         // Kept rows plus what retention pruned: these are counters.
         catchup_runs: pairs(
             "SELECT source, job, sum(n) FROM (
@@ -182,12 +284,16 @@ pub fn metrics_snapshot(conn: &Connection) -> anyhow::Result<MetricsSnapshot> {
 const DEAD_BY_SOURCE: &str =
     "SELECT source, count(*) FROM events WHERE state = 'dead' GROUP BY source";
 
+/// Read from `deliveries_dead` alone, as [`DEAD_BY_SOURCE`] from `events_dead`.
+const DEAD_BY_LANE: &str = "SELECT source, destination, count(*) FROM deliveries
+     WHERE state = 'dead' GROUP BY source, destination";
+
 #[cfg(test)]
 mod tests {
     use rusqlite::params;
 
     use super::*;
-    use crate::store::queries::tests::{add, db};
+    use crate::store::queries::tests::{add, db, deliver, plan};
 
     #[test]
     fn counting_dead_letters_reads_their_index_only() {
@@ -204,22 +310,102 @@ mod tests {
     }
 
     #[test]
-    fn stats_list_known_sources_and_the_oldest_pending_age() {
+    fn stats_list_known_sources_and_destinations_and_the_oldest_pending_age() {
         let conn = db();
-        add(&conn, "a", "pending", 1_000);
-        add(&conn, "a", "pending", 5_000);
-        add(&conn, "a", "dead", 6_000);
-        let stats = source_stats(&conn, &["a".into(), "quiet".into()], 11_000).unwrap();
+        let one = add(&conn, "a", "pending", 1_000);
+        deliver(&conn, one, "a", "ci", "pending", 1, Some(2_000), None);
+        deliver(&conn, one, "a", "chat", "pending", 0, Some(1_000), None);
+        let two = add(&conn, "a", "pending", 5_000);
+        deliver(&conn, two, "a", "chat", "pending", 0, None, None);
+        deliver(&conn, two, "a", "ci", "dead", 2, None, Some("gone"));
+        let three = add(&conn, "a", "dead", 6_000);
+        deliver(&conn, three, "a", "old", "dead", 1, None, None);
+        let four = add(&conn, "a", "delivered", 7_000);
+        deliver(&conn, four, "a", "ci", "delivered", 1, None, None);
+        let known = [
+            (
+                "a".to_owned(),
+                vec!["ci".to_owned(), "chat".to_owned(), "log".to_owned()],
+            ),
+            ("quiet".to_owned(), vec![]),
+        ];
+        let stats = source_stats(&conn, &known, 11_000).unwrap();
         assert_eq!(stats.len(), 2);
         assert_eq!(stats[0].counts["pending"], 2);
         assert_eq!(stats[0].counts["dead"], 1);
         assert_eq!(stats[0].counts["stored"], 0);
         assert_eq!(stats[0].oldest_pending_age_seconds, Some(10.0));
+        let d = &stats[0].destinations;
+        assert_eq!(d.keys().collect::<Vec<_>>(), ["chat", "ci", "log", "old"]);
+        assert_eq!(
+            d["ci"],
+            DestinationStats {
+                pending: 1,
+                delivered: 1,
+                dead: 1,
+                oldest_pending_at: Some(1_000),
+                configured: true,
+            }
+        );
+        assert_eq!(
+            (d["chat"].pending, d["chat"].oldest_pending_at),
+            (2, Some(1_000))
+        );
+        assert_eq!(
+            d["log"],
+            DestinationStats {
+                configured: true,
+                ..DestinationStats::default()
+            }
+        );
+        assert_eq!((d["old"].dead, d["old"].configured), (1, false));
         assert_eq!(stats[1].source, "quiet");
         assert_eq!(stats[1].oldest_pending_age_seconds, None);
+        assert!(stats[1].destinations.is_empty());
         let snap = metrics_snapshot(&conn).unwrap();
         assert_eq!(snap.pending, vec![("a".to_owned(), 2, 1_000)]);
         assert_eq!(snap.dead, vec![("a".to_owned(), 1)]);
+        assert_eq!(
+            snap.lane_pending,
+            vec![
+                ("a".to_owned(), "chat".to_owned(), 2, 1_000),
+                ("a".to_owned(), "ci".to_owned(), 1, 1_000)
+            ]
+        );
+        assert_eq!(
+            snap.lane_dead,
+            vec![
+                ("a".to_owned(), "ci".to_owned(), 1),
+                ("a".to_owned(), "old".to_owned(), 1)
+            ]
+        );
+        assert_eq!(
+            lane_counts(&conn).unwrap()[1],
+            LaneCount {
+                source: "a".into(),
+                destination: "ci".into(),
+                pending: 1,
+                delivered: 1,
+                dead: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn pending_and_dead_counts_for_metrics_read_their_partial_indexes() {
+        let conn = db();
+        for (sql, index) in [
+            (PENDING_BY_SOURCE, "deliveries_due"),
+            (PENDING_BY_LANE, "deliveries_due"),
+            (DEAD_BY_LANE, "COVERING INDEX deliveries_dead"),
+        ] {
+            let plan = plan(&conn, sql, Vec::new());
+            assert!(plan.contains(index), "{sql}:\n{plan}");
+            assert!(
+                plan.contains("SEARCH e USING INTEGER PRIMARY KEY") || !sql.contains("JOIN"),
+                "{plan}"
+            );
+        }
     }
 
     #[test]
