@@ -137,6 +137,10 @@ pub struct RawDeliver {
     pub concurrency: usize,
     /// HTTP statuses that send the event straight to `dead`.
     pub permanent_statuses: Vec<u16>,
+    /// Most attempts per second or minute (`"50/s"`, `"600/m"`), spread
+    /// evenly; none: as fast as `concurrency` allows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
     /// Event-type globs; empty: every type.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<String>,
@@ -159,6 +163,7 @@ impl Default for RawDeliver {
             backoff_cap: Duration::from_secs(3600),
             concurrency: 4,
             permanent_statuses: vec![400, 401, 403, 404, 410, 422],
+            rate: None,
             events: Vec::new(),
             when: BTreeMap::new(),
         }
@@ -183,6 +188,7 @@ impl fmt::Debug for RawDeliver {
             .field("backoff_cap", &self.backoff_cap)
             .field("concurrency", &self.concurrency)
             .field("permanent_statuses", &self.permanent_statuses)
+            .field("rate", &self.rate)
             .field("events", &self.events)
             .field("when", &self.when)
             .finish()
@@ -231,6 +237,8 @@ pub struct DeliverConfig {
     pub backoff_cap: Duration,
     pub concurrency: usize,
     pub permanent_statuses: Vec<u16>,
+    /// The least time between two attempts' starts; `None`: no limit.
+    pub rate: Option<Duration>,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -380,8 +388,16 @@ fn validate(
             ));
         }
     }
+    let rate = raw.rate.as_deref().and_then(|r| match parse_rate(r) {
+        Ok(spacing) => Some(spacing),
+        Err(why) => {
+            problems.push(format!("{at}.rate: {r:?} {why}"));
+            None
+        }
+    });
     (problems.len() == before).then(|| DeliverConfig {
         name: name.to_owned(),
+        rate,
         destination: destination.expect("no problems means the destination was built"),
         filter: filter.expect("no problems means the filter was built"),
         timeout: raw.timeout,
@@ -441,6 +457,32 @@ fn url_destination(
         url: parsed?,
         signing_key: key?,
     })
+}
+
+/// The most attempts a rate may allow per second (a million a minute and
+/// more is no limit for one destination).
+const MAX_RATE_PER_SEC: u64 = 10_000;
+
+/// `"N/s"` or `"N/m"` as the spacing between two starts.
+fn parse_rate(text: &str) -> Result<Duration, String> {
+    const FORM: &str =
+        "is not a rate: write attempts per second or minute, e.g. \"50/s\" or \"600/m\"";
+    let (n, unit) = text.trim().split_once('/').ok_or(FORM)?;
+    let n: u64 = n.trim().parse().map_err(|_| FORM)?;
+    let per = match unit.trim() {
+        "s" => Duration::from_secs(1),
+        "m" => Duration::from_secs(60),
+        _ => return Err(FORM.to_owned()),
+    };
+    if n == 0 {
+        return Err("allows nothing: at least 1 (leave rate out for no limit)".to_owned());
+    }
+    if n.saturating_mul(Duration::from_secs(1).as_nanos() as u64) / (per.as_nanos() as u64)
+        > MAX_RATE_PER_SEC
+    {
+        return Err(format!("is over the maximum of {MAX_RATE_PER_SEC}/s"));
+    }
+    Ok(per / u32::try_from(n).map_err(|_| FORM)?)
 }
 
 /// A `signing_secret` where nothing is sent signed is a mistake.
@@ -521,5 +563,23 @@ pub fn redact(raw: &mut RawDeliver) {
         && parsed.set_password(Some("redacted")).is_ok()
     {
         *url = parsed.to_string();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_a_spacing_between_starts() {
+        assert_eq!(parse_rate("50/s"), Ok(Duration::from_millis(20)));
+        assert_eq!(parse_rate(" 600 / m "), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_rate("1/m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_rate("10000/s"), Ok(Duration::from_micros(100)));
+        for bad in [
+            "", "50", "50/h", "x/s", "-1/s", "0/s", "10001/s", "1.5/s", "/s",
+        ] {
+            assert!(parse_rate(bad).is_err(), "{bad:?}");
+        }
     }
 }

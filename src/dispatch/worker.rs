@@ -84,9 +84,18 @@ struct Lane {
     queued: VecDeque<Claimed>,
     in_flight: usize,
     metrics: LaneMetrics,
+    /// With a `rate`: when the next attempt may start.
+    next_start: Instant,
 }
 
 impl Lane {
+    /// When this lane's next queued attempt may start, if the rate holds it
+    /// back now.
+    fn held_by_rate(&self, now: Instant) -> Option<Instant> {
+        (self.config.rate.is_some() && !self.queued.is_empty() && self.next_start > now)
+            .then_some(self.next_start)
+    }
+
     /// How many more events a claim may fetch for this lane.
     fn room(&self) -> usize {
         (self.config.concurrency * PREFETCH).saturating_sub(self.in_flight + self.queued.len())
@@ -140,6 +149,7 @@ impl Dispatcher {
                     config: cfg.clone(),
                     queued: VecDeque::new(),
                     in_flight: 0,
+                    next_start: Instant::now(),
                 })
             })
             .collect();
@@ -217,6 +227,14 @@ impl Dispatcher {
                 }
                 _ => IDLE_RECHECK,
             };
+            // A lane whose rate holds its queue back starts the next then.
+            let at = Instant::now();
+            let sleep = self
+                .lanes
+                .iter()
+                .filter_map(|l| l.held_by_rate(at))
+                .map(|t| t.saturating_duration_since(at))
+                .fold(sleep, Duration::min);
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 claimed = async { claim.as_mut().expect("guarded by the condition").await }, if claim.is_some() => {
@@ -308,6 +326,21 @@ impl Dispatcher {
         let lane = self.lanes.get_mut(i)?;
         if lane.in_flight >= lane.config.concurrency {
             return None;
+        }
+        if let Some(spacing) = lane.config.rate {
+            // Starts spaced evenly, one per `spacing`, keeping the cadence
+            // when the timer woke a little late; a lane idle for a while
+            // does not make up for it with a burst.
+            let now = Instant::now();
+            if lane.queued.is_empty() || lane.next_start > now {
+                return None;
+            }
+            let cadence = lane.next_start + spacing;
+            lane.next_start = if cadence <= now {
+                now + spacing
+            } else {
+                cadence
+            };
         }
         lane.queued.pop_front()
     }

@@ -24,6 +24,7 @@ mod listen;
 mod load;
 mod metrics;
 mod one_server;
+mod protect;
 mod pull;
 mod quick_start;
 mod read_only;
