@@ -151,6 +151,7 @@ pub struct Metrics {
     request_seconds: HistogramFamily<SourceLabel>,
     attempts: Family<AttemptLabels, Counter>,
     dispatch_seconds: HistogramFamily<LaneLabels>,
+    paused: Family<LaneLabels, Gauge>,
     edge: EdgeMetrics,
     tls_expiry: Gauge,
 }
@@ -194,6 +195,12 @@ impl Metrics {
             "Time one delivery attempt took",
             dispatch_seconds.clone(),
         );
+        let paused = Family::<LaneLabels, Gauge>::default();
+        registry.register(
+            "destination_paused",
+            "1 while a destination is paused by its circuit breaker or a Retry-After, else 0",
+            paused.clone(),
+        );
         let edge = EdgeMetrics::default();
         registry.register(
             "edge_refused",
@@ -232,6 +239,7 @@ impl Metrics {
             request_seconds,
             attempts,
             dispatch_seconds,
+            paused,
             edge,
             tls_expiry,
         }
@@ -288,6 +296,7 @@ impl Metrics {
             retry: attempts("retry"),
             dead: attempts("dead"),
             latency: self.dispatch_seconds.get_or_create_owned(&lane),
+            paused: self.paused.get_or_create_owned(&lane),
         }
     }
 
@@ -400,6 +409,7 @@ pub struct LaneMetrics {
     retry: Counter,
     dead: Counter,
     latency: Histogram,
+    paused: Gauge,
 }
 
 /// How an attempt left its event, for [`LaneMetrics::attempt`].
@@ -418,6 +428,10 @@ impl LaneMetrics {
             AttemptOutcome::Dead => self.dead.inc(),
         };
         self.latency.observe(took.as_secs_f64());
+    }
+
+    pub fn paused(&self, paused: bool) {
+        self.paused.set(i64::from(paused));
     }
 }
 

@@ -141,6 +141,11 @@ pub struct RawDeliver {
     /// evenly; none: as fast as `concurrency` allows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
+    /// Failed attempts in a row that pause the destination; 0: never.
+    pub breaker_failures: u32,
+    /// While paused, the wait before the first probe (doubling to 5 min).
+    #[serde(with = "duration")]
+    pub breaker_probe: Duration,
     /// Event-type globs; empty: every type.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<String>,
@@ -164,6 +169,8 @@ impl Default for RawDeliver {
             concurrency: 4,
             permanent_statuses: vec![400, 401, 403, 404, 410, 422],
             rate: None,
+            breaker_failures: 10,
+            breaker_probe: Duration::from_secs(30),
             events: Vec::new(),
             when: BTreeMap::new(),
         }
@@ -189,6 +196,8 @@ impl fmt::Debug for RawDeliver {
             .field("concurrency", &self.concurrency)
             .field("permanent_statuses", &self.permanent_statuses)
             .field("rate", &self.rate)
+            .field("breaker_failures", &self.breaker_failures)
+            .field("breaker_probe", &self.breaker_probe)
             .field("events", &self.events)
             .field("when", &self.when)
             .finish()
@@ -239,6 +248,9 @@ pub struct DeliverConfig {
     pub permanent_statuses: Vec<u16>,
     /// The least time between two attempts' starts; `None`: no limit.
     pub rate: Option<Duration>,
+    /// `None`: failures never pause the destination.
+    pub breaker_failures: Option<u32>,
+    pub breaker_probe: Duration,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -375,6 +387,8 @@ fn validate(
     limits::DELIVER_BACKOFF_BASE.check(at, raw.backoff_base, problems);
     limits::DELIVER_BACKOFF_CAP.check(at, raw.backoff_cap, problems);
     limits::DELIVER_CONCURRENCY.check(at, raw.concurrency, problems);
+    limits::DELIVER_BREAKER_FAILURES.check(at, raw.breaker_failures, problems);
+    limits::DELIVER_BREAKER_PROBE.check(at, raw.breaker_probe, problems);
     if raw.backoff_base > raw.backoff_cap {
         problems.push(format!(
             "{at}.backoff_base: must not be longer than backoff_cap ({})",
@@ -398,6 +412,8 @@ fn validate(
     (problems.len() == before).then(|| DeliverConfig {
         name: name.to_owned(),
         rate,
+        breaker_failures: (raw.breaker_failures > 0).then_some(raw.breaker_failures),
+        breaker_probe: raw.breaker_probe,
         destination: destination.expect("no problems means the destination was built"),
         filter: filter.expect("no problems means the filter was built"),
         timeout: raw.timeout,

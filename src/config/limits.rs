@@ -133,6 +133,13 @@ pub const DELIVER_TIMEOUT: DurationLimit = duration("sources.deliver.timeout", M
 pub const DELIVER_BACKOFF_BASE: DurationLimit = duration("sources.deliver.backoff_base", MS, DAY);
 /// A retry at least daily: a longer wait looks like a lost event.
 pub const DELIVER_BACKOFF_CAP: DurationLimit = duration("sources.deliver.backoff_cap", MS, DAY);
+/// Probes double up to five minutes; a first wait longer would be the
+/// longest.
+pub const DELIVER_BREAKER_PROBE: DurationLimit = duration(
+    "sources.deliver.breaker_probe",
+    MS,
+    Duration::from_secs(300),
+);
 /// GitHub keeps deliveries for three days: passes further apart miss
 /// failures for good.
 pub const GITHUB_INTERVAL: DurationLimit = duration(
@@ -171,6 +178,7 @@ pub const DURATIONS: &[DurationLimit] = &[
     DELIVER_TIMEOUT,
     DELIVER_BACKOFF_BASE,
     DELIVER_BACKOFF_CAP,
+    DELIVER_BREAKER_PROBE,
     GITHUB_INTERVAL,
     GITHUB_OVERLAP,
     GITHUB_PACE,
@@ -216,6 +224,11 @@ pub const EDGE_MAX_CLIENT_LONG_POLLS: CountLimit = count("edge.max_client_long_p
 /// What one pull answer may carry: the same bound as a body read.
 pub const PULL_MAX_BYTES: CountLimit = count("sources.deliver.pull.max_bytes", 1, 256 * MIB);
 
+/// `0` turns the breaker off; past ten thousand failures in a row it is
+/// off in all but name.
+pub const DELIVER_BREAKER_FAILURES: CountLimit =
+    count("sources.deliver.breaker_failures", 0, 10_000);
+
 /// Every count key.
 pub const COUNTS: &[CountLimit] = &[
     MAX_BODY_BYTES,
@@ -232,6 +245,7 @@ pub const COUNTS: &[CountLimit] = &[
     EDGE_MAX_CLIENT_LONG_POLLS,
     DELIVER_MAX_ATTEMPTS,
     DELIVER_CONCURRENCY,
+    DELIVER_BREAKER_FAILURES,
     PULL_MAX_BYTES,
 ];
 

@@ -42,6 +42,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::breaker::{Breaker, Change, May, Verdict};
 use super::{Attempt, Deliverer, Job, Outcome, backoff};
 use crate::clock;
 use crate::config::{Config, DeliverConfig};
@@ -86,6 +87,11 @@ struct Lane {
     metrics: LaneMetrics,
     /// With a `rate`: when the next attempt may start.
     next_start: Instant,
+    breaker: Breaker,
+    /// A claim for a probe is on its way.
+    probe_asked: bool,
+    /// The queued delivery is the probe a paused lane may start.
+    probe_queued: bool,
 }
 
 impl Lane {
@@ -118,11 +124,17 @@ fn claim_from(i: usize, lane: &Lane, limit: usize) -> ClaimFrom {
         destination: lane.config.name.clone(),
         limit,
         max_delay_ms: i64::try_from(lane.config.backoff_cap.as_millis()).unwrap_or(i64::MAX),
+        ahead: lane.breaker.is_paused(),
     }
 }
 
-/// The running attempts: which lane each belongs to, and its claim.
-type Running = HashMap<tokio::task::Id, (usize, Lease)>;
+/// The running attempts: which lane each belongs to, its claim, and
+/// whether it is the lane's probe.
+type Running = HashMap<tokio::task::Id, (usize, Lease, bool)>;
+
+/// What a finished attempt tells its lane's breaker; `None` when no
+/// attempt was made.
+type Done = Option<Verdict>;
 
 impl Dispatcher {
     /// A dispatcher for every push destination (url, command) of every
@@ -150,6 +162,9 @@ impl Dispatcher {
                     queued: VecDeque::new(),
                     in_flight: 0,
                     next_start: Instant::now(),
+                    breaker: Breaker::new(cfg.breaker_failures, cfg.breaker_probe),
+                    probe_asked: false,
+                    probe_queued: false,
                 })
             })
             .collect();
@@ -167,7 +182,7 @@ impl Dispatcher {
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut tasks: JoinSet<()> = JoinSet::new();
+        let mut tasks: JoinSet<Done> = JoinSet::new();
         let mut running = Running::new();
         // At most one claim is on its way through the writer at a time; the
         // loop keeps starting queued events while it is.
@@ -186,7 +201,10 @@ impl Dispatcher {
             let holds = !running.is_empty() || self.lanes.iter().any(|l| !l.queued.is_empty());
             let renew = holds && last_claim.elapsed() >= RENEW_EVERY;
             let can_claim = claim.is_none() && !wanted.is_empty();
-            let due = can_claim && next_due.is_some_and(|due| due <= now);
+            let probe = wanted
+                .iter()
+                .any(|w| self.lanes[w.lane].breaker.is_paused());
+            let due = can_claim && (probe || next_due.is_some_and(|due| due <= now));
             if claim.is_none() && (due || renew) {
                 let writer = self.writer.clone();
                 let lease_until =
@@ -207,6 +225,10 @@ impl Dispatcher {
                     }
                 }
                 let held = self.held(&running);
+                for w in &wanted {
+                    let lane = &mut self.lanes[w.lane];
+                    lane.probe_asked = w.limit > 0 && lane.breaker.is_paused();
+                }
                 last_claim_at = now;
                 last_claim = Instant::now();
                 claim = Some(Box::pin(async move {
@@ -227,12 +249,16 @@ impl Dispatcher {
                 }
                 _ => IDLE_RECHECK,
             };
-            // A lane whose rate holds its queue back starts the next then.
+            // A lane whose rate holds its queue back starts the next then;
+            // a paused one sends its probe then.
             let at = Instant::now();
             let sleep = self
                 .lanes
                 .iter()
-                .filter_map(|l| l.held_by_rate(at))
+                .filter_map(|l| match l.breaker.may(at) {
+                    May::WaitUntil(t) => Some(t),
+                    _ => l.held_by_rate(at),
+                })
                 .map(|t| t.saturating_duration_since(at))
                 .fold(sleep, Duration::min);
             tokio::select! {
@@ -251,14 +277,13 @@ impl Dispatcher {
                 }
                 () = self.wake.notified() => next_due = Some(0),
                 Some(done) = tasks.join_next_with_id() => {
-                    let id = match &done {
-                        Ok((id, ())) => *id,
-                        Err(e) => e.id(),
+                    let (id, verdict) = match done {
+                        Ok((id, verdict)) => (id, verdict),
+                        Err(e) => (e.id(), None),
                     };
-                    if let Some((i, _)) = running.remove(&id)
-                        && let Some(lane) = self.lanes.get_mut(i)
-                    {
-                        lane.in_flight -= 1;
+                    if let Some((i, _, probe)) = running.remove(&id) {
+                        self.lanes[i].in_flight -= 1;
+                        self.judge(i, verdict, probe);
                     }
                     next_due = Some(0);
                 }
@@ -276,20 +301,74 @@ impl Dispatcher {
         let queued = self.lanes.iter().flat_map(|l| l.queued.iter());
         queued
             .map(Claimed::lease)
-            .chain(running.values().map(|(_, lease)| *lease))
+            .chain(running.values().map(|(_, lease, _)| *lease))
             .collect()
     }
 
     /// The lanes that should claim now, with how many events each may take:
     /// those whose queue is down to half its room, so that a claim, which
     /// waits its turn behind groups of inserts, fetches many at once.
+    /// A paused lane asks for one delivery when its probe is due and
+    /// nothing of it is out.
     fn wanted(&self) -> Vec<ClaimFrom> {
+        let now = Instant::now();
         self.lanes
             .iter()
             .enumerate()
-            .filter(|(_, l)| l.queued.len() <= l.config.concurrency * PREFETCH / 2 && l.room() > 0)
-            .map(|(i, l)| claim_from(i, l, l.room()))
+            .filter_map(|(i, l)| match l.breaker.may(now) {
+                May::Claim => (l.queued.len() <= l.config.concurrency * PREFETCH / 2
+                    && l.room() > 0)
+                    .then(|| claim_from(i, l, l.room())),
+                May::Probe if l.in_flight == 0 && l.queued.is_empty() && !l.probe_asked => {
+                    Some(claim_from(i, l, 1))
+                }
+                _ => None,
+            })
             .collect()
+    }
+
+    /// Tells lane `i`'s breaker how an attempt ended, and acts on a change:
+    /// a pause gives back what the lane holds queued; a close makes its
+    /// backlog due at once.
+    fn judge(&mut self, i: usize, verdict: Done, probe: bool) {
+        let lane = &mut self.lanes[i];
+        let now = Instant::now();
+        let Some(verdict) = verdict else {
+            if probe {
+                lane.breaker.probe_empty(now);
+            }
+            return;
+        };
+        let (source, destination) = (lane.source.clone(), lane.config.name.clone());
+        match lane.breaker.record(verdict, probe, now) {
+            Change::None => {}
+            Change::Paused(wait) => {
+                tracing::warn!(%source, %destination, probe_in_ms = wait.as_millis() as u64,
+                    "destination paused: it keeps failing (or asked to wait); probing it before sending more");
+                lane.metrics.paused(true);
+                let queued: Vec<Lease> = lane.queued.drain(..).map(|c| c.lease()).collect();
+                if !queued.is_empty() {
+                    let writer = self.writer.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = writer.release(queued).await {
+                            tracing::warn!(error = %e, "cannot give back a paused destination's queue; its leases run out");
+                        }
+                    });
+                }
+            }
+            Change::Closed => {
+                tracing::info!(%source, %destination,
+                    "destination back: a probe succeeded; its backlog is due now");
+                lane.metrics.paused(false);
+                let writer = self.writer.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = writer.make_due(source, destination, clock::now_ms()).await {
+                        tracing::warn!(error = %e, "cannot make a resumed destination's backlog due");
+                    }
+                });
+                self.wake.notify_one();
+            }
+        }
     }
 
     /// Queues what a claim returned; returns when to claim next.
@@ -298,12 +377,29 @@ impl Dispatcher {
             Ok(claims) => {
                 for job in claims.jobs {
                     if let Some(lane) = self.lanes.get_mut(job.lane) {
+                        if lane.probe_asked {
+                            lane.probe_asked = false;
+                            lane.probe_queued = true;
+                            lane.breaker.probe_started();
+                        }
                         lane.queued.push_back(job);
+                    }
+                }
+                let at = Instant::now();
+                for lane in &mut self.lanes {
+                    if std::mem::take(&mut lane.probe_asked) {
+                        lane.breaker.probe_empty(at);
                     }
                 }
                 claims.next_due
             }
             Err(e) => {
+                let at = Instant::now();
+                for lane in &mut self.lanes {
+                    if std::mem::take(&mut lane.probe_asked) {
+                        lane.breaker.probe_empty(at);
+                    }
+                }
                 tracing::warn!(error = %e, "cannot claim due deliveries; trying again in 1 s");
                 Some(now + 1000)
             }
@@ -311,20 +407,25 @@ impl Dispatcher {
     }
 
     /// Starts queued events while their lanes have free slots.
-    fn start_queued(&mut self, tasks: &mut JoinSet<()>, running: &mut Running) {
+    fn start_queued(&mut self, tasks: &mut JoinSet<Done>, running: &mut Running) {
         for i in 0..self.lanes.len() {
-            while let Some(claimed) = self.startable(i) {
+            while let Some((claimed, probe)) = self.startable(i) {
                 let lease = claimed.lease();
-                let handle = tasks.spawn(self.attempt(claimed));
-                running.insert(handle.id(), (i, lease));
+                let handle = tasks.spawn(self.attempt(claimed, probe));
+                running.insert(handle.id(), (i, lease, probe));
             }
         }
     }
 
-    /// The next queued delivery of lane `i` if it has a free slot.
-    fn startable(&mut self, i: usize) -> Option<Claimed> {
+    /// The next queued delivery of lane `i` if it has a free slot, and
+    /// whether it is the lane's probe.
+    fn startable(&mut self, i: usize) -> Option<(Claimed, bool)> {
         let lane = self.lanes.get_mut(i)?;
         if lane.in_flight >= lane.config.concurrency {
+            return None;
+        }
+        let probe = lane.breaker.is_paused();
+        if probe && !lane.probe_queued {
             return None;
         }
         if let Some(spacing) = lane.config.rate {
@@ -342,11 +443,19 @@ impl Dispatcher {
                 cadence
             };
         }
-        lane.queued.pop_front()
+        let claimed = lane.queued.pop_front()?;
+        lane.probe_queued = false;
+        Some((claimed, probe))
     }
 
-    /// Builds the task for one claimed event, counting it in its lane.
-    fn attempt(&mut self, claimed: Claimed) -> impl Future<Output = ()> + Send + 'static {
+    /// Builds the task for one claimed delivery, counting it in its lane. A
+    /// probe that fails is not counted against `max_attempts`: it stays
+    /// due, for the next probe.
+    fn attempt(
+        &mut self,
+        claimed: Claimed,
+        probe: bool,
+    ) -> impl Future<Output = Done> + Send + 'static {
         let lane = &mut self.lanes[claimed.lane];
         lane.in_flight += 1;
         let source = lane.source.clone();
@@ -359,15 +468,13 @@ impl Dispatcher {
         async move {
             let lease = claimed.lease();
             let started_at = clock::now_ms();
-            let Some((job, attempt)) =
-                run(claimed, source, destination, &store, &writer, &deliverer).await
-            else {
-                return;
-            };
+            let (job, attempt) =
+                run(claimed, source, destination, &store, &writer, &deliverer).await?;
             let now = clock::now_ms();
             let settled = match attempt.outcome {
                 Outcome::Delivered => Settled::Delivered,
                 Outcome::Dead => Settled::Dead,
+                Outcome::Retry { .. } if probe => Settled::Retry(now),
                 Outcome::Retry { .. } if job.attempt >= config.max_attempts => Settled::Dead,
                 Outcome::Retry { retry_after } => {
                     let wait = backoff::next(
@@ -398,17 +505,19 @@ impl Dispatcher {
                 settled,
                 status: attempt.status,
                 error: attempt.error,
+                counted: !(probe && matches!(settled, Settled::Retry(_))),
             };
             if let Err(e) = writer.record(record, now).await {
                 tracing::warn!(event.id = job.event_id, destination = %job.destination, error = %e,
                     "cannot record the attempt; it will be made again when its lease runs out");
             }
+            Some(verdict(attempt.outcome, attempt.status))
         }
     }
 
     /// Lets running attempts finish within the grace period, then abandons
     /// the rest and releases their leases, with those of queued events.
-    async fn drain(mut self, mut tasks: JoinSet<()>, mut running: Running) {
+    async fn drain(mut self, mut tasks: JoinSet<Done>, mut running: Running) {
         let queued: Vec<Lease> = self
             .lanes
             .iter_mut()
@@ -421,7 +530,7 @@ impl Dispatcher {
         while let Ok(Some(done)) =
             tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await
         {
-            if let Ok((id, ())) = done {
+            if let Ok((id, _)) = done {
                 running.remove(&id);
             }
         }
@@ -434,7 +543,7 @@ impl Dispatcher {
         }
         let release: Vec<Lease> = running
             .into_values()
-            .map(|(_, lease)| lease)
+            .map(|(_, lease, _)| lease)
             .chain(queued)
             .collect();
         if release.is_empty() {
@@ -486,6 +595,18 @@ async fn run(
             }
             None
         }
+    }
+}
+
+/// How an attempt's outcome reads to the breaker: a `Retry-After` on a
+/// 429 or 503 asks the whole destination to wait.
+fn verdict(outcome: Outcome, status: Option<u16>) -> Verdict {
+    match outcome {
+        Outcome::Delivered => Verdict::Delivered,
+        Outcome::Dead => Verdict::Refused,
+        Outcome::Retry { retry_after } => Verdict::Failed {
+            pause_for: retry_after.filter(|_| matches!(status, Some(429 | 503))),
+        },
     }
 }
 

@@ -287,6 +287,7 @@ async fn take_deliveries(
             destination: lane.destination.clone(),
             limit: take.max,
             max_delay_ms: i64::try_from(lane.backoff_cap.as_millis()).unwrap_or(i64::MAX),
+            ahead: false,
         };
         let claims = hub
             .writer

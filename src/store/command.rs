@@ -61,6 +61,12 @@ pub enum WriteCmd {
     /// An attempt's outcome. Nobody waits for it: until it commits the
     /// delivery stays leased, so it cannot be claimed twice.
     Record { record: AttemptRecord, now: i64 },
+    /// A destination came back: its backlog is due at once. Nobody waits.
+    MakeDue {
+        source: String,
+        destination: String,
+        now: i64,
+    },
     /// A pull consumer's ack or nack: settles each lease still held, by
     /// `settle` (attempt number → outcome); answers which were.
     Settle {
@@ -159,6 +165,14 @@ impl WriteCmd {
                 dispatch::record(tx, record, *now)?;
                 Applied::Done
             }
+            WriteCmd::MakeDue {
+                source,
+                destination,
+                now,
+            } => {
+                dispatch::make_due(tx, source, destination, *now)?;
+                Applied::Done
+            }
             WriteCmd::Release { leases, .. } => {
                 dispatch::release(tx, leases)?;
                 Applied::Done
@@ -194,7 +208,10 @@ impl WriteCmd {
 
     /// True for commands answered as soon as their group commits.
     pub(super) fn answers_before_sync(&self) -> bool {
-        matches!(self, WriteCmd::Claim { .. } | WriteCmd::Record { .. })
+        matches!(
+            self,
+            WriteCmd::Claim { .. } | WriteCmd::Record { .. } | WriteCmd::MakeDue { .. }
+        )
     }
 
     /// Answers with the command's result and remembers a stored event's
@@ -222,7 +239,7 @@ impl WriteCmd {
             (WriteCmd::Ping { reply }, _)
             | (WriteCmd::Release { reply, .. }, _)
             | (WriteCmd::SaveIpSet { reply, .. }, _) => drop(reply.send(Ok(()))),
-            (WriteCmd::Record { .. }, _) => {}
+            (WriteCmd::Record { .. } | WriteCmd::MakeDue { .. }, _) => {}
             (cmd, _) => cmd.fail(StoreError::Unavailable(
                 "internal: mismatched result".into(),
             )),
@@ -240,6 +257,9 @@ impl WriteCmd {
             WriteCmd::Catchup { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Replay { reply, .. } | WriteCmd::Prune { reply, .. } => {
                 drop(reply.send(Err(err)))
+            }
+            WriteCmd::MakeDue { destination, .. } => {
+                tracing::warn!(%destination, "could not make a resumed destination's backlog due; it goes as scheduled");
             }
             WriteCmd::Record { record, .. } => {
                 // The event stays leased; when the lease runs out it is

@@ -103,6 +103,10 @@ pub struct ClaimFrom {
     /// The longest a retry of this lane is ever scheduled ahead
     /// (`backoff_cap`, which also caps Retry-After), in milliseconds.
     pub max_delay_ms: i64,
+    /// A circuit breaker's probe: the lane's next delivery, due or not
+    /// (a paused destination's backlog waits out backoffs the probe must
+    /// not).
+    pub ahead: bool,
 }
 
 /// Pending deliveries `d` of lane (`?1`, `?2`) that no lease holds at time
@@ -122,15 +126,21 @@ const HEADS: &str = "
             WHERE f.source = d.source AND f.destination = d.destination
               AND f.order_key = d.order_key AND f.lease_until > ?3)))";
 
-/// The claim's query: [`HEADS`] that are due at `?3`, oldest due first.
-fn claimable() -> String {
+/// The claim's query: [`HEADS`] that are due at `?3`, oldest due first;
+/// with `ahead`, those scheduled at all, soonest first.
+fn claimable(ahead: bool) -> String {
+    let due = if ahead {
+        "d.next_attempt_at IS NOT NULL"
+    } else {
+        "d.next_attempt_at <= ?3"
+    };
     format!(
         "SELECT d.id, d.event_id, e.delivery_id, e.event_type, e.content_type, e.headers,
                 max(d.attempts, coalesce(
                     (SELECT x.attempt FROM leases AS x WHERE x.delivery = d.id), 0)),
                 d.order_key, e.received_at
          FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
-         WHERE {HEADS} AND d.next_attempt_at <= ?3
+         WHERE {HEADS} AND {due}
          ORDER BY d.next_attempt_at, d.id LIMIT ?4"
     )
 }
@@ -145,7 +155,7 @@ pub fn claim(
 ) -> anyhow::Result<Vec<Claimed>> {
     // A delivery whose lease ran out (its outcome was lost) counts the
     // attempt that lease made: the destination may have seen it.
-    let mut select = conn.prepare_cached(&claimable())?;
+    let mut select = conn.prepare_cached(&claimable(from.ahead))?;
     // Read in full before any lease is written: the query reads `leases`.
     let found = select
         .query_map(
@@ -325,6 +335,9 @@ pub struct AttemptRecord {
     pub settled: Settled,
     pub status: Option<u16>,
     pub error: Option<String>,
+    /// `false` for a circuit breaker's probe: it is logged but not counted
+    /// against `max_attempts` (a pause must not push deliveries to dead).
+    pub counted: bool,
 }
 
 /// Records an attempt and, if its claim still holds the delivery, moves
@@ -448,9 +461,27 @@ pub fn settle_lease(
         settled: settle(attempt),
         status: None,
         error: error.map(str::to_owned),
+        counted: true,
     };
     record(conn, &record_of, now)?;
     Ok(true)
+}
+
+/// Makes every pending delivery of lane (`source`, `destination`)
+/// scheduled later than `now` due at `now` (held ones stay held): the
+/// backlog a paused destination kept, once a probe found it back.
+pub fn make_due(
+    conn: &Connection,
+    source: &str,
+    destination: &str,
+    now: i64,
+) -> anyhow::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE deliveries SET next_attempt_at = ?3
+         WHERE source = ?1 AND destination = ?2 AND state = 'pending' AND next_attempt_at > ?3",
+    )?
+    .execute(params![source, destination, now])
+    .context("making a destination's backlog due")
 }
 
 /// Sets event `id`'s state from its deliveries: `pending` while any is,

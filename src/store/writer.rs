@@ -301,6 +301,24 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Makes a resumed destination's backlog due now; commits with the
+    /// next group.
+    pub async fn make_due(
+        &self,
+        source: String,
+        destination: String,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.tx
+            .send(WriteCmd::MakeDue {
+                source,
+                destination,
+                now,
+            })
+            .await
+            .map_err(|_| StoreError::Closed)
+    }
+
     /// Gives back leases that will not be used, durably.
     pub async fn release(&self, leases: Vec<Lease>) -> Result<(), StoreError> {
         let (reply, rx) = oneshot::channel();

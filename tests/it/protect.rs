@@ -52,3 +52,106 @@ async fn a_rate_spaces_attempts_whatever_the_backlog_and_the_concurrency() {
         "{busiest} attempts within one second at 20/s"
     );
 }
+
+/// The value of `series` (with exactly `labels`) in the admin's /metrics.
+async fn metric(app: &TestApp, series: &str) -> Option<String> {
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
+}
+
+const PAUSED: &str = r#"hookbox_destination_paused{source="github",destination="default"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_backlog_when_back() {
+    let down = Downstream::start(|_, _| Reply::status(503)).await;
+    // Long backoffs: without the breaker's flush, the backlog would wait
+    // them out once the destination is back.
+    let destination = format!(
+        "{}\nconcurrency = 2\nbreaker_failures = 3\nbreaker_probe = \"300ms\"",
+        url_destination(&down.url())
+    );
+    let source =
+        crate::deliver::deliver_source_backoff("github", &destination, "5s", 4, "20s", "60s");
+    let app = TestApp::spawn(&source).await;
+    for i in 0..20 {
+        let body = format!(r#"{{"repository":{{"full_name":"acme/r{i}"}}}}"#);
+        assert_eq!(
+            app.post_github(&format!("b-{i}"), body.as_bytes())
+                .await
+                .status(),
+            202
+        );
+    }
+    // Down for 2.5 s: three failures pause it, then only probes go (at
+    // 300 ms, then 600 ms, then 1.2 s apart).
+    crate::deliver::eventually("the pause", || (down.hits().len() >= 3).then_some(())).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(metric(&app, PAUSED).await.as_deref(), Some("1"));
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let while_down = down.hits().len();
+    assert!(
+        while_down <= 10,
+        "{while_down} attempts reached a destination that was down (20 events)"
+    );
+    down.set_script(|_, _| Reply::status(204));
+    let back = std::time::Instant::now();
+    crate::deliver::eventually("the backlog delivered", || {
+        (app.count("SELECT count(*) FROM deliveries WHERE state = 'delivered'") == 20).then_some(())
+    })
+    .await;
+    let took = back.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "the backlog took {took:?} after the destination came back"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM deliveries WHERE state = 'dead'"),
+        0
+    );
+    // Probes were not counted: no delivery spent more than its own
+    // attempts before the pause and the one that went through.
+    let most: i64 = app.count("SELECT max(attempts) FROM deliveries");
+    assert!(most <= 2, "a delivery spent {most} attempts");
+    assert_eq!(metric(&app, PAUSED).await.as_deref(), Some("0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_on_a_503_pauses_the_whole_destination_that_long() {
+    let down = Downstream::start(|_, _| Reply::status(204)).await;
+    let seen = std::sync::atomic::AtomicUsize::new(0);
+    down.set_script(move |_, _| {
+        if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+            Reply::status(503).retry_after("2")
+        } else {
+            Reply::status(204)
+        }
+    });
+    let destination = format!(
+        "{}\nconcurrency = 1\nbreaker_failures = 0",
+        url_destination(&down.url())
+    );
+    let source =
+        crate::deliver::deliver_source_backoff("github", &destination, "5s", 5, "10ms", "5s");
+    let app = TestApp::spawn(&source).await;
+    for i in 0..5 {
+        let body = format!(r#"{{"repository":{{"full_name":"acme/r{i}"}}}}"#);
+        assert_eq!(
+            app.post_github(&format!("ra-{i}"), body.as_bytes())
+                .await
+                .status(),
+            202
+        );
+    }
+    let hits = down.wait_for_hits(6).await;
+    assert_eq!(hits[0].status, 503);
+    let paused = hits[1].at.duration_since(hits[0].at);
+    assert!(
+        paused >= Duration::from_millis(1_800),
+        "the next attempt went {paused:?} after a Retry-After of 2 s"
+    );
+    crate::deliver::eventually("all delivered", || {
+        (app.count("SELECT count(*) FROM deliveries WHERE state = 'delivered'") == 5).then_some(())
+    })
+    .await;
+}

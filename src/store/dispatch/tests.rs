@@ -17,6 +17,7 @@ fn claim(
         destination: DEST.to_owned(),
         limit,
         max_delay_ms: i64::MAX,
+        ahead: false,
     };
     super::claim(conn, &from, now, lease_until)
 }
@@ -133,6 +134,7 @@ fn events_sharing_a_key_go_one_at_a_time_in_arrival_order() {
         settled: Settled::Retry(500),
         status: Some(503),
         error: None,
+        counted: true,
     };
     record(&conn, &retry, 100).unwrap();
     assert!(claim(&conn, "s", 10, 200, 1000).unwrap().is_empty());
@@ -174,7 +176,7 @@ fn ingest(conn: &mut Connection, delivery: &str, key: Option<&str>, at: i64) -> 
 
 /// SQLite's plan for the claim query, one step per line.
 fn claim_plan(conn: &Connection) -> String {
-    conn.prepare(&format!("EXPLAIN QUERY PLAN {}", claimable()))
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {}", claimable(false)))
         .unwrap()
         .query_map(params!["s", DEST, 0, 4], |r| r.get::<_, String>(3))
         .unwrap()
@@ -208,6 +210,7 @@ fn settle(conn: &Connection, id: i64, attempt: u32, settled: Settled, now: i64) 
         settled,
         status: None,
         error: None,
+        counted: true,
     };
     record(conn, &r, now).unwrap();
 }
@@ -355,6 +358,7 @@ fn an_expired_lease_makes_the_event_due_again_and_replay_resets_it() {
         settled: Settled::Dead,
         status: Some(410),
         error: Some("gone".into()),
+        counted: true,
     };
     record(&conn, &dead, 60).unwrap();
     let filter = ReplayFilter {
@@ -423,6 +427,7 @@ fn outcome(id: i64, lease: Lease, attempt: u32, settled: Settled) -> AttemptReco
         settled,
         status: None,
         error: None,
+        counted: true,
     }
 }
 

@@ -1,0 +1,243 @@
+//! A destination's circuit breaker: after `breaker_failures` failed
+//! attempts in a row the destination is *paused*, and only a probe (one
+//! delivery) goes every `breaker_probe`, doubling up to [`MAX_PROBE`]. A
+//! probe that succeeds closes the breaker, and the backlog that waited is
+//! due at once. A 429 or 503 with `Retry-After` pauses the whole
+//! destination for that long, whatever the count.
+//!
+//! This is the state machine alone, on the monotonic clock; the dispatcher
+//! ([`super::worker`]) asks it before claiming for a lane and tells it how
+//! each attempt ended. A probe's failure is not counted against the
+//! delivery's `max_attempts`: a pause must never push deliveries toward
+//! `dead`.
+
+use std::time::{Duration, Instant};
+
+/// The longest time between two probes.
+pub const MAX_PROBE: Duration = Duration::from_secs(300);
+
+/// How an attempt ended, as the breaker sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Delivered,
+    /// The destination failed (timeout, connection, 5xx, 429...);
+    /// `pause_for` is a `Retry-After` that asks the whole destination to
+    /// wait.
+    Failed {
+        pause_for: Option<Duration>,
+    },
+    /// A permanent answer about this delivery (410, 422...): it says
+    /// nothing of the destination's health.
+    Refused,
+}
+
+/// What changed, for the log and the dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    None,
+    /// Paused now; the first probe goes after the returned wait.
+    Paused(Duration),
+    /// Closed by a successful probe: the backlog is due at once.
+    Closed,
+}
+
+/// What the dispatcher may claim for the lane now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum May {
+    /// As much as its concurrency allows.
+    Claim,
+    /// One delivery, as a probe.
+    Probe,
+    /// Nothing until this instant.
+    WaitUntil(Instant),
+}
+
+#[derive(Debug)]
+pub struct Breaker {
+    /// `None`: never pauses on failures (Retry-After still does).
+    threshold: Option<u32>,
+    first_probe: Duration,
+    failures: u32,
+    paused: Option<Paused>,
+}
+
+#[derive(Debug)]
+struct Paused {
+    next_probe: Instant,
+    /// The wait after the next failed probe.
+    every: Duration,
+    /// A probe is out; no other goes until it ends.
+    probing: bool,
+}
+
+impl Breaker {
+    pub fn new(threshold: Option<u32>, first_probe: Duration) -> Self {
+        Breaker {
+            threshold,
+            first_probe,
+            failures: 0,
+            paused: None,
+        }
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.is_some()
+    }
+
+    pub fn may(&self, now: Instant) -> May {
+        match &self.paused {
+            None => May::Claim,
+            Some(p) if p.probing => May::WaitUntil(now + MAX_PROBE),
+            Some(p) if p.next_probe <= now => May::Probe,
+            Some(p) => May::WaitUntil(p.next_probe),
+        }
+    }
+
+    /// A probe was claimed and is on its way.
+    pub fn probe_started(&mut self) {
+        if let Some(p) = &mut self.paused {
+            p.probing = true;
+        }
+    }
+
+    /// A probe was claimed but there was nothing to send: look again at
+    /// the next probe time.
+    pub fn probe_empty(&mut self, now: Instant) {
+        if let Some(p) = &mut self.paused {
+            p.probing = false;
+            p.next_probe = now + p.every.min(self.first_probe);
+        }
+    }
+
+    /// Records how an attempt ended; `probe` when it was the probe.
+    pub fn record(&mut self, verdict: Verdict, probe: bool, now: Instant) -> Change {
+        match verdict {
+            Verdict::Refused if probe => self.close(),
+            Verdict::Refused => Change::None,
+            Verdict::Delivered if self.paused.is_some() && probe => self.close(),
+            Verdict::Delivered => {
+                // An attempt started before the pause succeeding says
+                // little; the probe decides.
+                if self.paused.is_none() {
+                    self.failures = 0;
+                }
+                Change::None
+            }
+            Verdict::Failed { pause_for } => {
+                self.failures = self.failures.saturating_add(1);
+                if let Some(wait) = pause_for {
+                    return self.pause(now, wait.min(MAX_PROBE), self.first_probe);
+                }
+                match &mut self.paused {
+                    Some(p) if probe => {
+                        p.probing = false;
+                        p.next_probe = now + p.every;
+                        p.every = (p.every * 2).min(MAX_PROBE);
+                        Change::None
+                    }
+                    Some(_) => Change::None,
+                    None if self.threshold.is_some_and(|t| self.failures >= t) => {
+                        self.pause(now, self.first_probe, self.first_probe * 2)
+                    }
+                    None => Change::None,
+                }
+            }
+        }
+    }
+
+    fn pause(&mut self, now: Instant, wait: Duration, then: Duration) -> Change {
+        let was = self.paused.is_some();
+        self.paused = Some(Paused {
+            next_probe: now + wait,
+            every: then.min(MAX_PROBE),
+            probing: false,
+        });
+        if was {
+            Change::None
+        } else {
+            Change::Paused(wait)
+        }
+    }
+
+    fn close(&mut self) -> Change {
+        self.failures = 0;
+        if self.paused.take().is_some() {
+            Change::Closed
+        } else {
+            Change::None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAIL: Verdict = Verdict::Failed { pause_for: None };
+
+    #[test]
+    fn it_pauses_after_the_threshold_probes_doubling_and_closes_on_success() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(Some(3), Duration::from_secs(30));
+        assert_eq!(b.record(FAIL, false, t0), Change::None);
+        assert_eq!(b.record(Verdict::Delivered, false, t0), Change::None);
+        assert_eq!(b.record(FAIL, false, t0), Change::None);
+        assert_eq!(b.record(FAIL, false, t0), Change::None);
+        assert_eq!(
+            b.may(t0),
+            May::Claim,
+            "a success in between reset the count"
+        );
+        assert_eq!(
+            b.record(FAIL, false, t0),
+            Change::Paused(Duration::from_secs(30))
+        );
+        assert_eq!(b.may(t0), May::WaitUntil(t0 + Duration::from_secs(30)));
+        let t1 = t0 + Duration::from_secs(30);
+        assert_eq!(b.may(t1), May::Probe);
+        b.probe_started();
+        assert!(
+            matches!(b.may(t1), May::WaitUntil(_)),
+            "one probe at a time"
+        );
+        // A failed probe: the next waits twice as long, then 4x, capped.
+        assert_eq!(b.record(FAIL, true, t1), Change::None);
+        assert_eq!(b.may(t1), May::WaitUntil(t1 + Duration::from_secs(60)));
+        let mut at = t1;
+        for _ in 0..10 {
+            at += MAX_PROBE;
+            assert_eq!(b.may(at), May::Probe);
+            b.probe_started();
+            b.record(FAIL, true, at);
+        }
+        assert_eq!(b.may(at), May::WaitUntil(at + MAX_PROBE));
+        at += MAX_PROBE;
+        b.probe_started();
+        assert_eq!(b.record(Verdict::Delivered, true, at), Change::Closed);
+        assert_eq!(b.may(at), May::Claim);
+    }
+
+    #[test]
+    fn retry_after_pauses_at_once_and_permanent_answers_do_not_count() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(Some(2), Duration::from_secs(30));
+        for _ in 0..5 {
+            assert_eq!(b.record(Verdict::Refused, false, t0), Change::None);
+        }
+        assert_eq!(b.may(t0), May::Claim);
+        let asked = Verdict::Failed {
+            pause_for: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(
+            b.record(asked, false, t0),
+            Change::Paused(Duration::from_secs(7))
+        );
+        assert_eq!(b.may(t0 + Duration::from_secs(7)), May::Probe);
+        // Without a threshold only Retry-After pauses.
+        let mut never = Breaker::new(None, Duration::from_secs(30));
+        for _ in 0..100 {
+            never.record(FAIL, false, t0);
+        }
+        assert_eq!(never.may(t0), May::Claim);
+    }
+}
