@@ -2,8 +2,11 @@
 //! attempts in a row the destination is *paused*, and only a probe (one
 //! delivery) goes every `breaker_probe`, doubling up to [`MAX_PROBE`]. A
 //! probe that succeeds closes the breaker, and the backlog that waited is
-//! due at once. A 429 or 503 with `Retry-After` pauses the whole
-//! destination for that long, whatever the count.
+//! due at once. A 429 or 503 with `Retry-After` holds the whole
+//! destination for that long, whatever the count; then it goes on as
+//! before (a hold is the destination's own word on when to come back, not
+//! a sign that it is down). With `breaker_failures = 0` neither happens:
+//! each delivery keeps its own retry schedule, `Retry-After` included.
 //!
 //! This is the state machine alone, on the monotonic clock; the dispatcher
 //! ([`super::worker`]) asks it before claiming for a lane and tells it how
@@ -37,6 +40,8 @@ pub enum Change {
     None,
     /// Paused now; the first probe goes after the returned wait.
     Paused(Duration),
+    /// Held for this long by a `Retry-After`.
+    Held(Duration),
     /// Closed by a successful probe: the backlog is due at once.
     Closed,
 }
@@ -59,6 +64,8 @@ pub struct Breaker {
     first_probe: Duration,
     failures: u32,
     paused: Option<Paused>,
+    /// No attempt before this (a `Retry-After`).
+    hold_until: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -77,6 +84,7 @@ impl Breaker {
             first_probe,
             failures: 0,
             paused: None,
+            hold_until: None,
         }
     }
 
@@ -84,7 +92,15 @@ impl Breaker {
         self.paused.is_some()
     }
 
+    /// Whether a `Retry-After` holds every attempt at `now`.
+    pub fn is_held(&self, now: Instant) -> bool {
+        self.hold_until.is_some_and(|t| t > now)
+    }
+
     pub fn may(&self, now: Instant) -> May {
+        if let Some(until) = self.hold_until.filter(|t| *t > now) {
+            return May::WaitUntil(until);
+        }
         match &self.paused {
             None => May::Claim,
             Some(p) if p.probing => May::WaitUntil(now + MAX_PROBE),
@@ -125,8 +141,14 @@ impl Breaker {
             }
             Verdict::Failed { pause_for } => {
                 self.failures = self.failures.saturating_add(1);
-                if let Some(wait) = pause_for {
-                    return self.pause(now, wait.min(MAX_PROBE), self.first_probe);
+                if let Some(wait) = pause_for.filter(|_| self.threshold.is_some()) {
+                    let wait = wait.min(MAX_PROBE);
+                    self.hold_until = Some(now + wait);
+                    if let Some(p) = &mut self.paused {
+                        p.probing = false;
+                        p.next_probe = p.next_probe.max(now + wait);
+                    }
+                    return Change::Held(wait);
                 }
                 match &mut self.paused {
                     Some(p) if probe => {
@@ -146,17 +168,12 @@ impl Breaker {
     }
 
     fn pause(&mut self, now: Instant, wait: Duration, then: Duration) -> Change {
-        let was = self.paused.is_some();
         self.paused = Some(Paused {
             next_probe: now + wait,
             every: then.min(MAX_PROBE),
             probing: false,
         });
-        if was {
-            Change::None
-        } else {
-            Change::Paused(wait)
-        }
+        Change::Paused(wait)
     }
 
     fn close(&mut self) -> Change {
@@ -230,14 +247,18 @@ mod tests {
         };
         assert_eq!(
             b.record(asked, false, t0),
-            Change::Paused(Duration::from_secs(7))
+            Change::Held(Duration::from_secs(7))
         );
-        assert_eq!(b.may(t0 + Duration::from_secs(7)), May::Probe);
-        // Without a threshold only Retry-After pauses.
+        assert_eq!(b.may(t0), May::WaitUntil(t0 + Duration::from_secs(7)));
+        // Then it goes on as before: no probe, a failure counts as one.
+        assert_eq!(b.may(t0 + Duration::from_secs(7)), May::Claim);
+        assert!(!b.is_paused());
+        // Without a threshold nothing pauses or holds the destination.
         let mut never = Breaker::new(None, Duration::from_secs(30));
         for _ in 0..100 {
             never.record(FAIL, false, t0);
         }
+        assert_eq!(never.record(asked, false, t0), Change::None);
         assert_eq!(never.may(t0), May::Claim);
     }
 }

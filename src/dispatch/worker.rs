@@ -342,6 +342,10 @@ impl Dispatcher {
         let (source, destination) = (lane.source.clone(), lane.config.name.clone());
         match lane.breaker.record(verdict, probe, now) {
             Change::None => {}
+            Change::Held(wait) => {
+                tracing::info!(%source, %destination, for_ms = wait.as_millis() as u64,
+                    "destination asked to wait (Retry-After); holding all its deliveries");
+            }
             Change::Paused(wait) => {
                 tracing::warn!(%source, %destination, probe_in_ms = wait.as_millis() as u64,
                     "destination paused: it keeps failing (or asked to wait); probing it before sending more");
@@ -360,13 +364,15 @@ impl Dispatcher {
                 tracing::info!(%source, %destination,
                     "destination back: a probe succeeded; its backlog is due now");
                 lane.metrics.paused(false);
-                let writer = self.writer.clone();
+                // Claim again once the backlog is due, not before: a claim
+                // made first would find it all scheduled ahead.
+                let (writer, wake) = (self.writer.clone(), self.wake.clone());
                 tokio::spawn(async move {
                     if let Err(e) = writer.make_due(source, destination, clock::now_ms()).await {
-                        tracing::warn!(error = %e, "cannot make a resumed destination's backlog due");
+                        tracing::warn!(error = %e, "cannot make a resumed destination's backlog due; it goes as scheduled");
                     }
+                    wake.notify_one();
                 });
-                self.wake.notify_one();
             }
         }
     }
@@ -425,7 +431,7 @@ impl Dispatcher {
             return None;
         }
         let probe = lane.breaker.is_paused();
-        if probe && !lane.probe_queued {
+        if lane.breaker.is_held(Instant::now()) || (probe && !lane.probe_queued) {
             return None;
         }
         if let Some(spacing) = lane.config.rate {

@@ -61,11 +61,13 @@ pub enum WriteCmd {
     /// An attempt's outcome. Nobody waits for it: until it commits the
     /// delivery stays leased, so it cannot be claimed twice.
     Record { record: AttemptRecord, now: i64 },
-    /// A destination came back: its backlog is due at once. Nobody waits.
+    /// A destination came back: its backlog is due at once. Answered at
+    /// the commit, so the dispatcher claims after it.
     MakeDue {
         source: String,
         destination: String,
         now: i64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
     },
     /// A pull consumer's ack or nack: settles each lease still held, by
     /// `settle` (attempt number → outcome); answers which were.
@@ -169,6 +171,7 @@ impl WriteCmd {
                 source,
                 destination,
                 now,
+                ..
             } => {
                 dispatch::make_due(tx, source, destination, *now)?;
                 Applied::Done
@@ -239,7 +242,8 @@ impl WriteCmd {
             (WriteCmd::Ping { reply }, _)
             | (WriteCmd::Release { reply, .. }, _)
             | (WriteCmd::SaveIpSet { reply, .. }, _) => drop(reply.send(Ok(()))),
-            (WriteCmd::Record { .. } | WriteCmd::MakeDue { .. }, _) => {}
+            (WriteCmd::Record { .. }, _) => {}
+            (WriteCmd::MakeDue { reply, .. }, _) => drop(reply.send(Ok(()))),
             (cmd, _) => cmd.fail(StoreError::Unavailable(
                 "internal: mismatched result".into(),
             )),
@@ -258,9 +262,7 @@ impl WriteCmd {
             WriteCmd::Replay { reply, .. } | WriteCmd::Prune { reply, .. } => {
                 drop(reply.send(Err(err)))
             }
-            WriteCmd::MakeDue { destination, .. } => {
-                tracing::warn!(%destination, "could not make a resumed destination's backlog due; it goes as scheduled");
-            }
+            WriteCmd::MakeDue { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Record { record, .. } => {
                 // The event stays leased; when the lease runs out it is
                 // delivered again.

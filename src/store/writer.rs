@@ -301,22 +301,25 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Makes a resumed destination's backlog due now; commits with the
-    /// next group.
+    /// Makes a resumed destination's backlog due now; answers once
+    /// committed.
     pub async fn make_due(
         &self,
         source: String,
         destination: String,
         now: i64,
     ) -> Result<(), StoreError> {
+        let (reply, rx) = oneshot::channel();
         self.tx
             .send(WriteCmd::MakeDue {
                 source,
                 destination,
                 now,
+                reply,
             })
             .await
-            .map_err(|_| StoreError::Closed)
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Gives back leases that will not be used, durably.

@@ -167,6 +167,7 @@ max_attempts = 1000
 backoff_base = "5s"
 backoff_cap = "5s"
 concurrency = 16
+breaker_failures = 0
 "#,
         crate::deliver::SIGNING_SECRET
     );

@@ -68,7 +68,7 @@ async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_back
     // Long backoffs: without the breaker's flush, the backlog would wait
     // them out once the destination is back.
     let destination = format!(
-        "{}\nconcurrency = 2\nbreaker_failures = 3\nbreaker_probe = \"300ms\"",
+        "{}\nconcurrency = 2\nbreaker_failures = 3\nbreaker_probe = \"200ms\"",
         url_destination(&down.url())
     );
     let source =
@@ -84,7 +84,7 @@ async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_back
         );
     }
     // Down for 2.5 s: three failures pause it, then only probes go (at
-    // 300 ms, then 600 ms, then 1.2 s apart).
+    // 200 ms, then 400 ms, 800 ms, 1.6 s apart).
     crate::deliver::eventually("the pause", || (down.hits().len() >= 3).then_some(())).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(metric(&app, PAUSED).await.as_deref(), Some("1"));
@@ -96,13 +96,34 @@ async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_back
     );
     down.set_script(|_, _| Reply::status(204));
     let back = std::time::Instant::now();
-    crate::deliver::eventually("the backlog delivered", || {
-        (app.count("SELECT count(*) FROM deliveries WHERE state = 'delivered'") == 20).then_some(())
-    })
-    .await;
+    let deadline = back + Duration::from_secs(20);
+    while app.count("SELECT count(*) FROM deliveries WHERE state = 'delivered'") < 20 {
+        if std::time::Instant::now() > deadline {
+            let rows: Vec<String> = app
+                .db()
+                .prepare("SELECT id, state, attempts, next_attempt_at - (strftime('%s','now') * 1000) FROM deliveries")
+                .unwrap()
+                .query_map([], |r| Ok(format!("{:?}", (r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?))))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let hits: Vec<String> = down
+                .hits()
+                .iter()
+                .map(|h| format!("{} {}", h.delivery(), h.status))
+                .collect();
+            panic!(
+                "not delivered: {rows:#?}\nhits {hits:?}\nleases {}",
+                app.count("SELECT count(*) FROM leases")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let took = back.elapsed();
+    // The next probe is at most 3.2 s away (probes double from 200 ms);
+    // without the flush the backlog would wait out 20-60 s backoffs.
     assert!(
-        took < Duration::from_secs(8),
+        took < Duration::from_secs(15),
         "the backlog took {took:?} after the destination came back"
     );
     assert_eq!(
@@ -128,7 +149,7 @@ async fn retry_after_on_a_503_pauses_the_whole_destination_that_long() {
         }
     });
     let destination = format!(
-        "{}\nconcurrency = 1\nbreaker_failures = 0",
+        "{}\nconcurrency = 1\nbreaker_failures = 100",
         url_destination(&down.url())
     );
     let source =
