@@ -8,6 +8,8 @@
 #   DURABILITY=normal bench/run.sh     # server.durability = "normal"
 #   bench/run.sh --threads 2           # extra arguments go to every hookbox-loadgen run
 #   SCENARIOS="deliver deliver2 deliver_idle" bench/run.sh   # only the delivery scenarios
+#   PULL=1 bench/run.sh                # also the pull scenarios
+#   SCENARIOS=pull_latency RUNS=1 bench/run.sh   # one of them
 #
 # Scenarios: new (unique ids), dup90 / dupNN (NN % resent ids), deliver (as
 # new, with a url destination answering 204 at once: delivered/s, receipt-to-
@@ -17,9 +19,23 @@
 # deliver_idle (one delivery every 20 ms on one connection: receipt-to-
 # downstream when idle).
 #
+# Pull scenarios (a `pull` destination on the source; opt-in with PULL=1,
+# or name them in SCENARIOS): pull_latency (one consumer long-polls with
+# max=10 wait=20s and acks, one event posted every 20 ms: 202 -> take
+# answered p50/p99/max), pull_listen (PULL_EVENTS events stored, then the
+# real `hookbox listen --once` forwards them to the local 204 downstream:
+# events/s, each exactly once, all rows delivered), pull_listen_ingest (as
+# deliver, with `hookbox listen` as the deliverer while PULL_INGEST_RATE
+# events/s are posted over CONNECTIONS connections, then SIGINT),
+# pull_idle (the server's CPU and RSS with no poll, then with PULL_POLLS
+# long-polls held open for DURATION each; then events 20 ms apart while
+# they wait; then SIGTERM with them still waiting).
+#
 # Environment: RUNS (3), DURATION seconds (10), WARMUP seconds (1),
 # CONNECTIONS (64), DURABILITY (full), DRAIN_TIMEOUT seconds (60),
-# SCENARIOS ("new dup90 deliver deliver2 deliver_idle").
+# SCENARIOS ("new dup90 deliver deliver2 deliver_idle"), PULL (0; 1 adds
+# "pull_latency pull_listen pull_listen_ingest pull_idle"), PULL_EVENTS
+# (20000), PULL_POLLS (100), PULL_INGEST_RATE events/s (2000).
 # ATTACK=1 also runs hookbox-attack RUNS times (valid p50/p99 and the
 # server's peak RSS during slowloris, 10k idle connections, idle uploads
 # declaring the whole body budget and a duplicate storm; medians at the
@@ -28,7 +44,8 @@
 # answers; for deliver*: every row delivered, every 202 seen downstream,
 # signatures valid, backlog drained within DRAIN_TIMEOUT; for deliver2, per
 # destination: exactly the ids its filter takes, downstream and in the
-# database).
+# database; for pull*: every event taken or forwarded exactly once, every
+# row delivered, `hookbox listen` exited 0).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +58,12 @@ CONNECTIONS="${CONNECTIONS:-64}"
 DURABILITY="${DURABILITY:-full}"
 DRAIN_TIMEOUT="${DRAIN_TIMEOUT:-60}"
 SCENARIOS="${SCENARIOS:-new dup90 deliver deliver2 deliver_idle}"
+PULL_EVENTS="${PULL_EVENTS:-20000}"
+PULL_POLLS="${PULL_POLLS:-100}"
+PULL_INGEST_RATE="${PULL_INGEST_RATE:-2000}"
+if [ "${PULL:-0}" = 1 ]; then
+    SCENARIOS="$SCENARIOS pull_latency pull_listen pull_listen_ingest pull_idle"
+fi
 
 echo "== machine"
 echo "cpus:   $(nproc)"
@@ -71,7 +94,15 @@ for scenario in $SCENARIOS; do
         deliver) dup=0; extra=(--deliver --drain-timeout "$DRAIN_TIMEOUT") ;;
         deliver2) dup=0; extra=(--deliver --routes --drain-timeout "$DRAIN_TIMEOUT") ;;
         deliver_idle) dup=0; extra=(--deliver --idle --drain-timeout "$DRAIN_TIMEOUT") ;;
-        *) echo "unknown scenario: $scenario (use new, dup90, dupNN, deliver, deliver2 or deliver_idle)" >&2; exit 2 ;;
+        pull_latency) dup=0; extra=(--pull latency --drain-timeout "$DRAIN_TIMEOUT") ;;
+        pull_listen) dup=0; extra=(--pull listen --events "$PULL_EVENTS" --drain-timeout "$DRAIN_TIMEOUT") ;;
+        pull_listen_ingest)
+            # Each connection paced so that together they offer PULL_INGEST_RATE/s.
+            dup=0
+            pace="$(awk -v c="$CONNECTIONS" -v r="$PULL_INGEST_RATE" 'BEGIN { print c * 1000 / r }')"
+            extra=(--deliver --listen --pace-ms "$pace" --drain-timeout "$DRAIN_TIMEOUT") ;;
+        pull_idle) dup=0; extra=(--pull idle --long-polls "$PULL_POLLS" --drain-timeout "$DRAIN_TIMEOUT") ;;
+        *) echo "unknown scenario: $scenario (use new, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest or pull_idle)" >&2; exit 2 ;;
     esac
     for run in $(seq 1 "$RUNS"); do
         echo "== $scenario run $run/$RUNS"
@@ -167,6 +198,10 @@ with open(sys.argv[1]) as f:
             r = json.loads(line)
             runs.setdefault(r["scenario"], []).append(r)
 
+# Pull scenarios (--pull) have figures of their own: tabled at the end.
+pull = {s: rs for s, rs in runs.items() if rs[0].get("kind") == "pull"}
+runs = {s: rs for s, rs in runs.items() if s not in pull}
+
 def fmt(v, decimals=0):
     if isinstance(v, bool):
         return "yes" if v else "NO"
@@ -198,16 +233,17 @@ for scenario, rs in runs.items():
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
     print()
 
-print("-- medians")
-keys = ["accepted_per_sec", "duplicates_per_sec", "requests_per_sec", "p50_ms", "p99_ms",
-        "p999_ms", "peak_rss_mib", "idle_rss_mib", "startup_ms"]
-head = ["scenario"] + keys
-table = [head]
-for scenario, rs in runs.items():
-    table.append([scenario] + [fmt(statistics.median([r[k] for r in rs]), DECIMALS[k]) for k in keys])
-widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-for row in table:
-    print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+if runs:
+    print("-- medians")
+    keys = ["accepted_per_sec", "duplicates_per_sec", "requests_per_sec", "p50_ms", "p99_ms",
+            "p999_ms", "peak_rss_mib", "idle_rss_mib", "startup_ms"]
+    head = ["scenario"] + keys
+    table = [head]
+    for scenario, rs in runs.items():
+        table.append([scenario] + [fmt(statistics.median([r[k] for r in rs]), DECIMALS[k]) for k in keys])
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for row in table:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
 
 # Delivery scenarios: their own figures, one row per destination (deliver2:
 # "deliver2 a", "deliver2 b"). A run whose backlog did not drain has no
@@ -238,6 +274,104 @@ if deliver:
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+
+# Pull scenarios: every figure per run with its median, per scenario; then
+# the headline figures against the Pull issue's targets.
+PULL_FIGURES = {
+    "latency": [
+        ("accepted", "events posted", 0),
+        ("handoff_p50_ms", "202 -> take answered p50 ms", 2),
+        ("handoff_p99_ms", "202 -> take answered p99 ms", 2),
+        ("handoff_max_ms", "202 -> take answered max ms", 2),
+        ("handoff_samples", "samples", 0),
+        ("taken_before_202", "answered before the 202", 0),
+        ("takes", "takes answered", 0),
+        ("taken_twice", "taken twice", 0),
+        ("missing", "never taken", 0),
+        ("stale", "stale acks", 0),
+        ("consumer_errors", "consumer errors", 0),
+        ("ingest_p50_ms", "their 202s p50 ms", 2),
+        ("server_cpu_pct", "server CPU %", 1),
+        ("rows_undelivered", "rows not delivered", 0),
+        ("shutdown_ms", "shutdown ms", 0),
+        ("server_log_warnings", "server WARN/ERROR lines", 0),
+    ],
+    "listen": [
+        ("events", "events stored", 0),
+        ("stored_per_sec", "stored/s", 0),
+        ("listen_per_sec", "listen events/s", 0),
+        ("listen_secs", "listen start to exit s", 2),
+        ("arrival_span_per_sec", "first to last arrival /s", 0),
+        ("downstream_duplicates", "downstream duplicates", 0),
+        ("downstream_missing", "never forwarded", 0),
+        ("bad_bodies", "bodies not as sent", 0),
+        ("listen_lines_204", "listen lines saying 204", 0),
+        ("listen_cpu_pct", "listen CPU %", 1),
+        ("server_cpu_pct", "server CPU %", 1),
+        ("peak_rss_mib", "server peak RSS MiB", 1),
+        ("rows_undelivered", "rows not delivered", 0),
+        ("server_log_warnings", "server WARN/ERROR lines", 0),
+    ],
+    "idle": [
+        ("long_polls", "long-polls", 0),
+        ("none_cpu_pct", "no poll: server CPU %", 2),
+        ("held_cpu_pct", "polls waiting: server CPU %", 2),
+        ("none_rss_mib", "no poll: RSS MiB", 2),
+        ("held_rss_mib", "polls waiting: RSS MiB", 2),
+        ("rss_delta_mib", "RSS delta MiB", 2),
+        ("waiting_at_end", "waiting at the end", 0),
+        ("reissued", "re-issued", 0),
+        ("probe_events", "events while they wait", 0),
+        ("probe_handoff_p50_ms", "202 -> take answered p50 ms", 2),
+        ("probe_handoff_p99_ms", "202 -> take answered p99 ms", 2),
+        ("probe_ingest_p50_ms", "their 202s p50 ms", 2),
+        ("probe_cpu_pct", "server CPU % while they wait", 1),
+        ("taken_twice", "taken twice", 0),
+        ("missing", "never taken", 0),
+        ("rows_undelivered", "rows not delivered", 0),
+        ("shutdown_ms", "SIGTERM with polls waiting: exit ms", 0),
+        ("server_log_warnings", "server WARN/ERROR lines", 0),
+    ],
+}
+# (mode, key, label, target)
+PULL_TARGETS = [
+    ("latency", "handoff_p50_ms", "202 -> take answered p50 ms", "<= 50"),
+    ("latency", "handoff_p99_ms", "202 -> take answered p99 ms", ""),
+    ("listen", "listen_per_sec", "listen events/s", ">= 2000"),
+    ("idle", "held_cpu_pct", "polls waiting: server CPU %", "not measurable"),
+    ("idle", "rss_delta_mib", "polls waiting: RSS delta MiB", "< 5"),
+]
+PULL_DECIMALS = {key: d for figs in PULL_FIGURES.values() for key, _, d in figs}
+
+def median_of(rs, key):
+    nums = [r.get(key) for r in rs if isinstance(r.get(key), (int, float))]
+    return statistics.median(nums) if nums else None
+
+def print_table(table, text_columns=1):
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) if i < text_columns else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+
+for scenario, rs in pull.items():
+    figures = PULL_FIGURES.get(rs[0].get("pull"), [])
+    head = ["figure"] + [f"run {i + 1}" for i in range(len(rs))] + ["median"]
+    rows = [[label] + [fmt(r.get(key), d) for r in rs] + [fmt(median_of(rs, key), d)]
+            for key, label, d in figures]
+    print()
+    print(f"-- {scenario}: durability={rs[0].get('durability')}")
+    print_table([head] + rows)
+
+if pull:
+    print()
+    print("-- pull medians (targets: the Pull issue's, on an idle machine)")
+    table = [["scenario", "figure", "median", "runs", "target"]]
+    for scenario, rs in pull.items():
+        for mode, key, label, target in PULL_TARGETS:
+            if rs[0].get("pull") == mode:
+                table.append([scenario, label, fmt(median_of(rs, key), PULL_DECIMALS[key]),
+                              str(len(rs)), target])
+    print_table(table, text_columns=2)
 PY
 else
     echo "(python3 not found: raw JSON lines follow)"

@@ -12,7 +12,10 @@
 //! (`x-github-delivery`, else `x-hookbox-delivery-id`). It also checks the
 //! Standard Webhooks signature hookbox puts on every request with the
 //! lane's key and counts the ones that do not verify; the answer is 204
-//! either way, so a bad signature never causes a retry.
+//! either way, so a bad signature never causes a retry. A lane fed by
+//! `hookbox listen` (pull runs) carries no such signature: its check is
+//! instead that each body is byte for byte the one the load generator
+//! sent ([`Check::Body`]), and a failure counts the same way.
 
 use anyhow::{Context, Result};
 use base64::Engine as _;
@@ -32,6 +35,30 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use tokio::sync::oneshot;
 
+use crate::payload::Signer;
+
+/// How a lane tells a genuine request from a broken one.
+pub enum Check {
+    /// Standard Webhooks, with the decoded `whsec_` key the destination
+    /// signs with (url destinations).
+    Signed(Vec<u8>),
+    /// The body must be the delivery the signer built for the request's
+    /// `x-github-delivery` (`hookbox listen` forwards the provider's body
+    /// and headers, not a signature of its own).
+    Body(Arc<Signer>),
+}
+
+impl Check {
+    fn passes(&self, headers: &HeaderMap, body: &[u8]) -> bool {
+        match self {
+            Check::Signed(key) => verify(key, headers, body),
+            Check::Body(signer) => {
+                header(headers, "x-github-delivery").is_some_and(|id| signer.built(id, body))
+            }
+        }
+    }
+}
+
 /// One request as the downstream saw it.
 pub struct Arrival {
     /// When the request head was parsed.
@@ -48,7 +75,8 @@ pub struct Seen {
     pub first: HashMap<String, Instant>,
     /// Requests without either delivery id header.
     pub no_id: u64,
-    /// Requests whose `webhook-signature` did not verify (or was missing).
+    /// Requests whose `webhook-signature` did not verify (or was missing);
+    /// for a [`Check::Body`] lane, bodies that were not the ones sent.
     pub bad_signature: u64,
     /// Requests whose body could not be read to the end.
     pub body_errors: u64,
@@ -71,9 +99,9 @@ pub struct Downstream {
 
 impl Downstream {
     /// Binds 127.0.0.1:0 and starts serving on a new thread. `lanes` are
-    /// `(path, signing key)`: the path a destination posts to and the
-    /// decoded `whsec_` secret hookbox signs its requests with.
-    pub fn start(lanes: Vec<(String, Vec<u8>)>) -> Result<Downstream> {
+    /// `(path, check)`: the path a destination posts to and how its
+    /// requests are verified.
+    pub fn start(lanes: Vec<(String, Check)>) -> Result<Downstream> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .context("binding the downstream listener")?;
         listener
@@ -166,8 +194,8 @@ impl Drop for Downstream {
 
 struct State {
     record: Arc<Mutex<Record>>,
-    /// `(path, signing key)` per lane.
-    lanes: Vec<(String, Vec<u8>)>,
+    /// `(path, check)` per lane.
+    lanes: Vec<(String, Check)>,
 }
 
 async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
@@ -213,7 +241,7 @@ async fn handle(
         return Ok(no_content());
     };
     let signature_ok = match &body {
-        Ok(body) => verify(&state.lanes[lane].1, &parts.headers, body),
+        Ok(body) => state.lanes[lane].1.passes(&parts.headers, body),
         Err(_) => false,
     };
     {
@@ -289,7 +317,7 @@ mod tests {
     use hyper::header::HeaderValue;
 
     /// POSTs `body` to `path`, signed with `key`, on a fresh connection.
-    async fn post(addr: SocketAddr, path: &str, key: &[u8], id: &str, body: &'static [u8]) {
+    async fn post(addr: SocketAddr, path: &str, key: &[u8], id: &str, body: &[u8]) {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -304,7 +332,7 @@ mod tests {
                 "webhook-signature",
                 format!("v1,{}", sign(key, id, "1700000000", body)),
             )
-            .body(Full::new(Bytes::from_static(body)))
+            .body(Full::new(Bytes::copy_from_slice(body)))
             .unwrap();
         let resp = sender.send_request(req).await.unwrap();
         assert_eq!(resp.status(), StatusCode::NO_CONTENT);
@@ -313,8 +341,11 @@ mod tests {
     #[tokio::test]
     async fn each_path_is_a_lane_with_its_own_key_and_other_paths_are_stray() {
         let (ka, kb) = (b"key-a".to_vec(), b"key-b".to_vec());
-        let mut d =
-            Downstream::start(vec![("/a".into(), ka.clone()), ("/b".into(), kb.clone())]).unwrap();
+        let mut d = Downstream::start(vec![
+            ("/a".into(), Check::Signed(ka.clone())),
+            ("/b".into(), Check::Signed(kb.clone())),
+        ])
+        .unwrap();
         post(d.addr, "/a", &ka, "one", b"{}").await;
         post(d.addr, "/a", &ka, "one", b"{}").await;
         post(d.addr, "/b", &kb, "one", b"{}").await;
@@ -335,6 +366,23 @@ mod tests {
             );
         });
         assert_eq!((d.distinct(0), d.distinct(1), d.stray()), (1, 2, 1));
+    }
+
+    #[tokio::test]
+    async fn a_body_lane_counts_bodies_that_are_not_the_ones_sent() {
+        let signer = Arc::new(Signer::new(b"bench-secret", 7).unwrap());
+        let mut d =
+            Downstream::start(vec![("/hook".into(), Check::Body(Arc::clone(&signer)))]).unwrap();
+        let (one, two) = (signer.delivery(0, 1), signer.delivery(0, 2));
+        post(d.addr, "/hook", b"any", &one.id, &one.body).await;
+        // Another delivery's body under this id, and a truncated body.
+        post(d.addr, "/hook", b"any", &one.id, &two.body).await;
+        post(d.addr, "/hook", b"any", &two.id, &two.body[1..]).await;
+        d.stop();
+        d.with_seen(0, |seen| {
+            assert_eq!((seen.arrivals.len(), seen.first.len()), (3, 2));
+            assert_eq!(seen.bad_signature, 2);
+        });
     }
 
     #[test]

@@ -63,7 +63,7 @@ struct ReceiptMap {
 }
 
 impl Receipts {
-    fn record(&self, id: String, receipt: Receipt) {
+    pub fn record(&self, id: String, receipt: Receipt) {
         let mut inner = self.lock();
         let even = receipt.parity == Parity::Even;
         if inner.map.insert(id, receipt).is_none() && even {
@@ -379,7 +379,7 @@ async fn connection(cfg: Arc<LoadConfig>, conn: u32, start: Instant) -> Outcome 
     out
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>> {
+pub async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>> {
     let stream = TcpStream::connect(addr)
         .await
         .with_context(|| format!("connecting to {addr}"))?;
@@ -394,7 +394,7 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>> {
     Ok(sender)
 }
 
-fn request(d: Delivery, host: &HeaderValue) -> Request<Full<Bytes>> {
+pub fn request(d: Delivery, host: &HeaderValue) -> Request<Full<Bytes>> {
     let mut req = Request::new(Full::new(d.body));
     *req.method_mut() = hyper::Method::POST;
     *req.uri_mut() = hyper::Uri::from_static("/hooks/github");
@@ -419,7 +419,7 @@ fn request(d: Delivery, host: &HeaderValue) -> Request<Full<Bytes>> {
     req
 }
 
-async fn send(
+pub async fn send(
     s: &mut SendRequest<Full<Bytes>>,
     req: Request<Full<Bytes>>,
 ) -> Result<(StatusCode, Bytes)> {

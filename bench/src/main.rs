@@ -21,7 +21,14 @@
 //! destinations instead, `a` taking every event and `b` a filter that takes
 //! half of them, each posting to its own path of the downstream; every
 //! delivery figure and check is then per destination, and `b` must get
-//! exactly the events its filter takes.
+//! exactly the events its filter takes. `--listen` (with `--deliver`)
+//! gives the source a `pull` destination instead, and the real `hookbox
+//! listen` forwards its events to the downstream: the same figures and
+//! checks, with the downstream checking bodies instead of signatures.
+//!
+//! `--pull` runs a pull scenario instead (`pull`): hand-off latency to a
+//! long-poll, `hookbox listen --once` draining a backlog, or what idle
+//! long-polls cost.
 //!
 //! `server` owns the child process, `load` the connections and their
 //! figures, `payload` the signed request bodies, `downstream` the delivery
@@ -31,6 +38,7 @@ mod deliver;
 mod downstream;
 mod load;
 mod payload;
+mod pull;
 mod server;
 
 use anyhow::{Context, Result, bail};
@@ -43,9 +51,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use deliver::Figures;
-use downstream::Downstream;
+use downstream::{Check, Downstream};
 use load::{LoadConfig, Outcome, Receipts};
 use payload::Signer;
+use pull::listen::{ListenChild, ListenExit};
 use server::{
     Deliver, SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_status_kib,
 };
@@ -56,6 +65,8 @@ const IDLE_SETTLE: Duration = Duration::from_millis(500);
 const RSS_PERIOD: Duration = Duration::from_millis(100);
 /// `--idle`: the gap between requests of its single connection.
 const IDLE_PACE_MS: f64 = 20.0;
+/// `--listen`: how long `hookbox listen` gets to exit after SIGINT.
+const LISTEN_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -107,6 +118,11 @@ struct Args {
     /// /hookbox_bench/parity: half), posting to /a and /b of the downstream.
     #[arg(long, requires = "deliver")]
     routes: bool,
+    /// With --deliver: a `pull` destination instead of a url, and the real
+    /// `hookbox listen` forwarding its events to the downstream (stopped
+    /// with SIGINT once the backlog drained).
+    #[arg(long, requires = "deliver", conflicts_with = "routes")]
+    listen: bool,
     /// One connection sending one request every 20 ms (overrides
     /// --connections and --pace-ms): latency when idle.
     #[arg(long)]
@@ -119,6 +135,19 @@ struct Args {
     /// backlog to drain before stopping the server.
     #[arg(long, default_value_t = 60.0)]
     drain_timeout: f64,
+    /// A pull scenario instead of the ingest load: the source gets a `pull`
+    /// destination and consumers take from it (see `pull`).
+    #[arg(long, value_enum, conflicts_with_all = ["deliver", "idle"])]
+    pull: Option<pull::Mode>,
+    /// --pull listen: events stored before `hookbox listen --once` runs.
+    #[arg(long, default_value_t = 20_000)]
+    events: u64,
+    /// --pull idle: long-polls held open.
+    #[arg(long, default_value_t = 100)]
+    long_polls: u32,
+    /// `--max` for `hookbox listen` (its own default when not given).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
+    listen_max: Option<u16>,
 }
 
 impl Args {
@@ -147,12 +176,17 @@ impl Args {
         if self.duration == 0.0 {
             bail!("--duration must be above 0");
         }
+        if self.events == 0 || self.long_polls == 0 {
+            bail!("--events and --long-polls must be at least 1");
+        }
         Ok(())
     }
 
     fn scenario(&self) -> String {
         match &self.scenario {
             Some(s) => s.clone(),
+            None if let Some(mode) = self.pull => mode.scenario().to_owned(),
+            None if self.listen => "pull_listen_ingest".to_owned(),
             None if self.routes && self.idle => "deliver2_idle".to_owned(),
             None if self.routes => "deliver2".to_owned(),
             None if self.deliver && self.idle => "deliver_idle".to_owned(),
@@ -256,6 +290,8 @@ struct Report {
     /// `--deliver` runs only.
     deliver: Option<Figures>,
     drain_timeout: f64,
+    /// `--listen` runs only: how `hookbox listen` ended after SIGINT.
+    listen: Option<ListenExit>,
 }
 
 async fn scenario(args: Args) -> Result<bool> {
@@ -270,6 +306,17 @@ async fn scenario(args: Args) -> Result<bool> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0x5eed);
+    if let Some(mode) = args.pull {
+        return pull::run(&args, mode, &binary, nonce).await;
+    }
+    let signer = Signer::new(SECRET.as_bytes(), nonce)?;
+    // Only the routes' filter reads the parity: every other run sends the
+    // bodies it always sent.
+    let signer = Arc::new(if args.routes {
+        signer.with_parity()
+    } else {
+        signer
+    });
     // The downstream comes first: the server's config names its port.
     let lanes = if args.deliver {
         deliver::lanes(args.routes, nonce)
@@ -279,13 +326,21 @@ async fn scenario(args: Args) -> Result<bool> {
     let mut downstream = None;
     let mut deliver_to = Deliver::Nowhere;
     if args.deliver {
-        let d = Downstream::start(
-            lanes
-                .iter()
-                .map(|l| (l.path.clone(), l.key.clone()))
-                .collect(),
-        )?;
-        deliver_to = deliver::config(&lanes, d.addr, args.routes);
+        // `hookbox listen` forwards the provider's body and headers, with
+        // no signature of its own.
+        let check = |l: &deliver::Lane| {
+            if args.listen {
+                Check::Body(Arc::clone(&signer))
+            } else {
+                Check::Signed(l.key.clone())
+            }
+        };
+        let d = Downstream::start(lanes.iter().map(|l| (l.path.clone(), check(l))).collect())?;
+        deliver_to = if args.listen {
+            pull::destination(None)
+        } else {
+            deliver::config(&lanes, d.addr, args.routes)
+        };
         downstream = Some(d);
     }
     let (mut server, startup) = Server::start(&binary, &args.durability, &deliver_to).await?;
@@ -293,6 +348,17 @@ async fn scenario(args: Args) -> Result<bool> {
     if args.keep {
         eprintln!("keeping {}", server.keep_dir().display());
     }
+    // `--listen`: forwarding from the start, as a developer's laptop would.
+    let mut listener = match (&downstream, args.listen) {
+        (Some(d), true) => Some(ListenChild::spawn(
+            &binary,
+            server.public,
+            &format!("http://{}{}", d.addr, lanes[0].path),
+            false,
+            args.listen_max,
+        )?),
+        _ => None,
+    };
 
     tokio::time::sleep(IDLE_SETTLE).await;
     let idle_kib = proc_status_kib(pid, "VmRSS").context("reading the idle RSS")?;
@@ -300,14 +366,6 @@ async fn scenario(args: Args) -> Result<bool> {
     let sampler = tokio::spawn(sample_rss(pid, Arc::clone(&peak)));
 
     let receipts = args.deliver.then(|| Arc::new(Receipts::default()));
-    let signer = Signer::new(SECRET.as_bytes(), nonce)?;
-    // Only the routes' filter reads the parity: every other run sends the
-    // bodies it always sent.
-    let signer = if args.routes {
-        signer.with_parity()
-    } else {
-        signer
-    };
     let cfg = LoadConfig {
         addr: server.public,
         connections: args.connections(),
@@ -315,7 +373,7 @@ async fn scenario(args: Args) -> Result<bool> {
         duration: Duration::from_secs_f64(args.duration),
         duplicates: args.duplicates,
         request_timeout: Duration::from_secs_f64(args.request_timeout),
-        signer: Arc::new(signer),
+        signer,
         seed: nonce.rotate_left(17),
         pace: args.pace(),
         receipts: receipts.clone(),
@@ -350,6 +408,11 @@ async fn scenario(args: Args) -> Result<bool> {
         peak.fetch_max(kib, Ordering::Relaxed);
     }
     let hwm_kib = proc_status_kib(pid, "VmHWM").ok();
+    // Ctrl-C, as a developer stops it: it gives back what it holds.
+    let listen = match listener.as_mut() {
+        Some(l) => Some(l.interrupt(LISTEN_GRACE).await?),
+        None => None,
+    };
     let load = load?;
 
     let exit = server
@@ -395,6 +458,7 @@ async fn scenario(args: Args) -> Result<bool> {
         loadgen_cpu,
         deliver,
         drain_timeout: args.drain_timeout,
+        listen,
     };
     let ok = report.print();
     if !ok {
@@ -526,6 +590,15 @@ impl Report {
             fields.extend(d.fields(self.duration, self.drain_timeout));
             d.print(self.duration, self.drain_timeout);
         }
+        if let Some(l) = &self.listen {
+            fields.push(("listen_exit_code".to_owned(), json!(l.code)));
+            fields.push(("listen_cpu_pct".to_owned(), json!(l.cpu_pct())));
+            println!(
+                "  listen: exit {:?} after SIGINT, cpu {}",
+                l.code,
+                l.cpu_pct().map_or("?".to_owned(), |p| format!("{p}%"))
+            );
+        }
         let line = ordered_json(&fields);
         println!("{line}");
 
@@ -557,6 +630,15 @@ impl Report {
         if let Some(d) = &self.deliver {
             ok &= d.check(self.drain_timeout);
         }
+        if let Some(l) = &self.listen
+            && l.code != Some(0)
+        {
+            ok = false;
+            eprintln!(
+                "FAIL: hookbox listen exited with {:?} after SIGINT (expected 0)",
+                l.code
+            );
+        }
         if ok {
             println!("OK");
         }
@@ -573,4 +655,42 @@ fn pairs(v: &[(String, u64)]) -> String {
         .map(|(k, n)| format!("{k}={n}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("hookbox-loadgen").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn pull_runs_are_named_after_their_scenario_and_the_others_as_before() {
+        let name = |args: &[&str]| parse(args).unwrap().scenario();
+        assert_eq!(name(&["--pull", "latency"]), "pull_latency");
+        assert_eq!(name(&["--pull", "listen"]), "pull_listen");
+        assert_eq!(name(&["--pull", "idle"]), "pull_idle");
+        assert_eq!(name(&["--deliver", "--listen"]), "pull_listen_ingest");
+        assert_eq!(name(&["--deliver"]), "deliver");
+        assert_eq!(name(&["--deliver", "--idle"]), "deliver_idle");
+        assert_eq!(name(&["--deliver", "--routes"]), "deliver2");
+        assert_eq!(name(&[]), "new");
+        assert_eq!(name(&["--pull", "idle", "--scenario", "x"]), "x");
+    }
+
+    #[test]
+    fn pull_and_listen_refuse_what_they_cannot_combine_with() {
+        assert!(parse(&["--pull", "idle", "--deliver"]).is_err());
+        assert!(parse(&["--pull", "latency", "--idle"]).is_err());
+        assert!(parse(&["--listen"]).is_err());
+        assert!(parse(&["--deliver", "--listen", "--routes"]).is_err());
+        assert!(parse(&["--pull", "listen", "--listen-max", "101"]).is_err());
+        assert!(
+            parse(&["--pull", "listen", "--events", "0"])
+                .unwrap()
+                .check()
+                .is_err()
+        );
+    }
 }

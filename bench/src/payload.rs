@@ -123,6 +123,39 @@ impl Signer {
             parity,
         }
     }
+
+    /// Whether `body` is, byte for byte, the delivery `id` this signer
+    /// built: what arrives through a consumer that forwards bodies without
+    /// the provider's signature (`hookbox listen`). The connection and seq
+    /// are read back from the body's tail and the delivery rebuilt.
+    pub fn built(&self, id: &str, body: &[u8]) -> bool {
+        let tail = &body[body.len().saturating_sub(TAIL_MAX)..];
+        let (Some(conn), Some(seq)) = (
+            number_after(tail, b"\"connection\":"),
+            number_after(tail, b"\"seq\":"),
+        ) else {
+            return false;
+        };
+        let Ok(conn) = u32::try_from(conn) else {
+            return false;
+        };
+        let d = self.delivery(conn, seq);
+        d.id == id && d.body == body
+    }
+}
+
+/// Longer than any tail [`Signer::delivery`] writes.
+const TAIL_MAX: usize = 200;
+
+/// The decimal number right after the first `key` in `text`.
+fn number_after(text: &[u8], key: &[u8]) -> Option<u64> {
+    let at = text.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits = &text[at..];
+    let end = digits
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(digits.len());
+    std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
 }
 
 /// A UUID-shaped id (version nibble 4, variant nibble a) unique per
@@ -177,6 +210,31 @@ mod tests {
         );
         assert_ne!(signer.delivery(1, 6).id, a.id);
         assert_ne!(signer.delivery(2, 5).id, a.id);
+    }
+
+    #[test]
+    fn a_forwarded_body_is_recognised_only_when_unchanged() {
+        let signer = Signer::new(b"bench-secret", 1).unwrap();
+        for signer in [
+            signer,
+            Signer::new(b"bench-secret", 1).unwrap().with_parity(),
+        ] {
+            let d = signer.delivery(12, 345_678);
+            assert!(signer.built(&d.id, &d.body));
+            assert!(!signer.built(&signer.delivery(12, 345_679).id, &d.body));
+            let mut changed = d.body.to_vec();
+            changed[10] ^= 1;
+            assert!(!signer.built(&d.id, &changed));
+            assert!(!signer.built(&d.id, &d.body[..d.body.len() - 1]));
+            assert!(!signer.built(&d.id, b"{}"));
+        }
+        let other = Signer::new(b"bench-secret", 2).unwrap();
+        let d = other.delivery(0, 1);
+        assert!(
+            !Signer::new(b"bench-secret", 1)
+                .unwrap()
+                .built(&d.id, &d.body)
+        );
     }
 
     #[test]

@@ -77,6 +77,7 @@ impl Server {
                 toml.push_str(&deliver_toml(url, signing_secret));
             }
             Deliver::Routes(routes) => toml.push_str(&routes_toml(routes)),
+            Deliver::Pull(pull) => toml.push_str(&pull_toml(pull)),
         }
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
         let log = dir_path.join("server.log");
@@ -229,6 +230,18 @@ pub enum Deliver {
     One { url: String, signing_secret: String },
     /// `[[sources.deliver]]`: named destinations, each with its filter.
     Routes(Vec<Route>),
+    /// One `pull` destination: consumers take its events.
+    Pull(Pull),
+}
+
+/// A `pull` destination of the bench's source, with default settings.
+pub struct Pull {
+    pub name: String,
+    /// The bearer token consumers send (16+ characters).
+    pub token: String,
+    /// `[edge] max_client_long_polls`, when the default (16 per address)
+    /// is too few: every long-poll of the bench comes from 127.0.0.1.
+    pub max_client_long_polls: Option<u32>,
 }
 
 /// One named url destination of `[[sources.deliver]]`.
@@ -275,6 +288,24 @@ signing_secret = {secret:?}
                 parity.as_str()
             ));
         }
+    }
+    toml
+}
+
+/// The `[[sources.deliver]]` table of a pull destination, appended after
+/// [`config_toml`], and the `[edge]` table when the run needs more
+/// long-polls than an address may hold by default.
+fn pull_toml(pull: &Pull) -> String {
+    let (name, token) = (&pull.name, &pull.token);
+    let mut toml = format!(
+        r#"
+[[sources.deliver]]
+name = {name:?}
+pull = {{ token = {token:?} }}
+"#
+    );
+    if let Some(n) = pull.max_client_long_polls {
+        toml.push_str(&format!("\n[edge]\nmax_client_long_polls = {n}\n"));
     }
     toml
 }
@@ -595,6 +626,41 @@ mod tests {
         let deliver = config["sources"][0]["deliver"].as_table().unwrap();
         assert_eq!(deliver.len(), 2);
         assert_eq!(deliver["url"].as_str(), Some("http://127.0.0.1:9/hook"));
+    }
+
+    #[test]
+    fn a_pull_destination_is_a_named_table_and_long_polls_go_under_edge() {
+        let mut toml = config_toml(
+            "127.0.0.1:1000".parse().unwrap(),
+            "127.0.0.1:1001".parse().unwrap(),
+            Path::new("/tmp/x/hookbox.db"),
+            "full",
+        );
+        toml.push_str(&pull_toml(&Pull {
+            name: "pull".to_owned(),
+            token: "bench-pull-token-0123456789".to_owned(),
+            max_client_long_polls: Some(132),
+        }));
+        let config: toml::Table = toml.parse().unwrap();
+        let deliver = config["sources"][0]["deliver"].as_array().unwrap();
+        assert_eq!(deliver.len(), 1);
+        assert_eq!(deliver[0]["name"].as_str(), Some("pull"));
+        assert_eq!(
+            deliver[0]["pull"]["token"].as_str(),
+            Some("bench-pull-token-0123456789")
+        );
+        assert_eq!(
+            config["edge"]["max_client_long_polls"].as_integer(),
+            Some(132)
+        );
+        assert_eq!(config["server"]["durability"].as_str(), Some("full"));
+
+        let plain = pull_toml(&Pull {
+            name: "pull".to_owned(),
+            token: "bench-pull-token-0123456789".to_owned(),
+            max_client_long_polls: None,
+        });
+        assert!(!plain.contains("[edge]"));
     }
 
     #[test]
