@@ -231,6 +231,7 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         store.clone(),
         writer.clone(),
         edge.clone(),
+        shutdown.clone(),
     ));
     let public_router = public_router(
         &config,

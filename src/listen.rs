@@ -3,8 +3,9 @@
 //!
 //! It long-polls `POST {url}/pull/{source}/{destination}`, POSTs each event
 //! to `--forward-to` with its original body, content type and kept
-//! headers, and acks it on a 2xx or nacks it otherwise (the server then
-//! retries it with the destination's backoff). Events come in per-key
+//! headers, and acks it on a 2xx (all of a take's together, one commit on
+//! the server) or nacks it otherwise (the server then retries it with the
+//! destination's backoff). Events come in per-key
 //! order, one of a key at a time, so forwarding them one by one keeps that
 //! order locally. What it has not acked comes back after a restart, when
 //! its lease runs out: nothing sent while the laptop was closed is lost.
@@ -111,6 +112,10 @@ pub async fn run(listen: Listen, stop: CancellationToken) -> anyhow::Result<()> 
         if events.is_empty() && listen.once {
             return Ok(());
         }
+        // Forwarded one by one, in the order taken (one event of a key per
+        // take, so a key's order holds); acked together once the batch is
+        // through: one commit on the server for the batch, not one each.
+        let mut delivered = Vec::new();
         let mut left = events.into_iter();
         while let Some(event) = left.next() {
             if stop.is_cancelled() {
@@ -119,9 +124,15 @@ pub async fn run(listen: Listen, stop: CancellationToken) -> anyhow::Result<()> 
                     .map(|e| e["lease"].clone())
                     .collect();
                 lane.release(leases).await;
-                return Ok(());
+                break;
             }
-            lane.forward(&local, &listen.forward_to, &event).await;
+            if let Some(lease) = lane.forward(&local, &listen.forward_to, &event).await {
+                delivered.push(lease);
+            }
+        }
+        lane.ack(delivered).await;
+        if stop.is_cancelled() {
+            return Ok(());
         }
     }
 }
@@ -188,18 +199,23 @@ impl Lane {
         }
     }
 
-    /// POSTs `event` to `to`, then acks or nacks it, and prints one line.
-    async fn forward(&self, local: &reqwest::Client, to: &reqwest::Url, event: &Value) {
+    /// POSTs `event` to `to` and prints one line; returns its lease to
+    /// ack when it went through, nacks it at once otherwise.
+    async fn forward(
+        &self,
+        local: &reqwest::Client,
+        to: &reqwest::Url,
+        event: &Value,
+    ) -> Option<Value> {
         let started = Instant::now();
         let outcome = match request(local, to, &self.source, event) {
             Ok(request) => request.send().await.map_err(|e| format!("{e}")),
             Err(e) => Err(format!("{e:#}")),
         };
         let took = started.elapsed().as_millis();
-        let (verb, shown) = match &outcome {
-            Ok(r) if r.status().is_success() => ("ack", r.status().as_u16().to_string()),
-            Ok(r) => ("nack", r.status().as_u16().to_string()),
-            Err(e) => ("nack", format!("failed ({e})")),
+        let shown = match &outcome {
+            Ok(r) => r.status().as_u16().to_string(),
+            Err(e) => format!("failed ({e})"),
         };
         println!(
             "{} {} {} {} {} {} {took}ms",
@@ -211,19 +227,29 @@ impl Lane {
             shown,
         );
         let lease = &event["lease"];
-        let body = match &outcome {
-            Ok(r) if r.status().is_success() => json!({ "leases": [lease] }),
-            Ok(r) => json!({
-                "leases": [lease],
-                "error": format!("the local endpoint answered {}", r.status()),
-            }),
-            Err(e) => json!({ "leases": [lease], "error": e }),
+        let error = match &outcome {
+            Ok(r) if r.status().is_success() => return Some(lease.clone()),
+            Ok(r) => format!("the local endpoint answered {}", r.status()),
+            Err(e) => e.clone(),
         };
-        if let Err(e) = self.post(verb, body).await {
+        let body = json!({ "leases": [lease], "error": error });
+        if let Err(e) = self.post("nack", body).await {
             eprintln!(
-                "cannot {verb} {} ({e:#}); it comes back when its lease runs out",
+                "cannot nack {} ({e:#}); it comes back when its lease runs out",
                 event["id"]
             );
+        }
+        None
+    }
+
+    /// Acks what was delivered, in one request.
+    async fn ack(&self, leases: Vec<Value>) {
+        if leases.is_empty() {
+            return;
+        }
+        let n = leases.len();
+        if let Err(e) = self.post("ack", json!({ "leases": leases })).await {
+            eprintln!("cannot ack {n} events ({e:#}); they come back when their leases run out");
         }
     }
 

@@ -317,6 +317,7 @@ async fn take_deliveries(
         tokio::select! {
             () = &mut notified => {}
             () = tokio::time::sleep(sleep) => {}
+            () = hub.shutdown.cancelled() => return Ok(Json(json!({ "events": [] }))),
         }
     }
 }
@@ -475,7 +476,7 @@ async fn settle(
         .await
         .map_err(unavailable)?;
     // The next delivery of a key may be free now, or a retry due.
-    lane.wake.notify_waiters();
+    lane.wake.notify_one();
     let stale: Vec<&String> = body
         .leases
         .iter()

@@ -74,10 +74,19 @@ pub struct PullHub {
     /// Long-polls waiting, per client address.
     waiting: Mutex<HashMap<IpAddr, u32>>,
     max_waiting: u32,
+    /// Ends waiting takes at shutdown: they answer what they have (none)
+    /// rather than hold the server's drain.
+    shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl PullHub {
-    pub fn new(config: &Config, store: Store, writer: WriterHandle, edge: Arc<Edge>) -> Self {
+    pub fn new(
+        config: &Config,
+        store: Store,
+        writer: WriterHandle,
+        edge: Arc<Edge>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Self {
         let mut lanes = HashMap::new();
         let mut by_source: HashMap<String, Vec<Arc<PullLane>>> = HashMap::new();
         for source in &config.sources {
@@ -111,6 +120,7 @@ impl PullHub {
             edge,
             waiting: Mutex::new(HashMap::new()),
             max_waiting: config.edge.max_client_long_polls,
+            shutdown,
         }
     }
 
@@ -127,8 +137,11 @@ impl PullHub {
             return;
         };
         for lane in lanes {
+            // One event needs one take: waking every waiting take would
+            // have each of them claim through the writer, for one winner.
+            // A take that is not waiting yet finds the permit.
             if destinations.iter().any(|d| **d == *lane.destination) {
-                lane.wake.notify_waiters();
+                lane.wake.notify_one();
             }
         }
     }

@@ -304,3 +304,27 @@ async fn a_client_holds_a_bounded_number_of_long_polls_and_bodies_are_capped() {
     assert_eq!(next.len(), 1, "the other was given back at once");
     assert_ne!(got[0]["delivery_id"], next[0]["delivery_id"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_a_waiting_take_at_once_instead_of_holding_the_drain() {
+    let app = TestApp::spawn(&source("")).await;
+    let poll = {
+        let client = app.client.clone();
+        let url = app.url("/pull/github/laptop?wait=30s");
+        tokio::spawn(async move { client.post(url).bearer_auth(TOKEN).send().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    app.shutdown().await;
+    let took = started.elapsed();
+    let answer = poll.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        answer.json::<Value>().await.unwrap(),
+        json!({ "events": [] })
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "shutdown took {took:?} with a take waiting"
+    );
+}
