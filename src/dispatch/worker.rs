@@ -327,6 +327,19 @@ impl Dispatcher {
             .collect()
     }
 
+    /// Releases leases the dispatcher will not use now, off the loop.
+    fn give_back(&self, leases: Vec<Lease>) {
+        if leases.is_empty() {
+            return;
+        }
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            if let Err(e) = writer.release(leases).await {
+                tracing::warn!(error = %e, "cannot give back a paused destination's claims; their leases run out");
+            }
+        });
+    }
+
     /// Tells lane `i`'s breaker how an attempt ended, and acts on a change:
     /// a pause gives back what the lane holds queued; a close makes its
     /// backlog due at once.
@@ -351,14 +364,7 @@ impl Dispatcher {
                     "destination paused: it keeps failing (or asked to wait); probing it before sending more");
                 lane.metrics.paused(true);
                 let queued: Vec<Lease> = lane.queued.drain(..).map(|c| c.lease()).collect();
-                if !queued.is_empty() {
-                    let writer = self.writer.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = writer.release(queued).await {
-                            tracing::warn!(error = %e, "cannot give back a paused destination's queue; its leases run out");
-                        }
-                    });
-                }
+                self.give_back(queued);
             }
             Change::Closed => {
                 tracing::info!(%source, %destination,
@@ -381,16 +387,24 @@ impl Dispatcher {
     fn take(&mut self, claimed: Result<Claims, StoreError>, now: i64) -> Option<i64> {
         match claimed {
             Ok(claims) => {
+                // A lane paused while this claim was on its way takes only
+                // a probe it asked for; the rest goes back.
+                let mut give_back = Vec::new();
                 for job in claims.jobs {
-                    if let Some(lane) = self.lanes.get_mut(job.lane) {
-                        if lane.probe_asked {
-                            lane.probe_asked = false;
-                            lane.probe_queued = true;
-                            lane.breaker.probe_started();
-                        }
-                        lane.queued.push_back(job);
+                    let Some(lane) = self.lanes.get_mut(job.lane) else {
+                        continue;
+                    };
+                    if lane.probe_asked {
+                        lane.probe_asked = false;
+                        lane.probe_queued = true;
+                        lane.breaker.probe_started();
+                    } else if lane.breaker.is_paused() {
+                        give_back.push(job.lease());
+                        continue;
                     }
+                    lane.queued.push_back(job);
                 }
+                self.give_back(give_back);
                 let at = Instant::now();
                 for lane in &mut self.lanes {
                     if std::mem::take(&mut lane.probe_asked) {
