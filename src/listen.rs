@@ -11,7 +11,7 @@
 //! its lease runs out: nothing sent while the laptop was closed is lost.
 //!
 //! When the server cannot be reached it tries again with a backoff from
-//! one second to a minute. On Ctrl-C (or SIGTERM) it gives back the leases
+//! one second to a minute (with `--once`, it exits 1 instead). On Ctrl-C (or SIGTERM) it gives back the leases
 //! of events it has not forwarded yet (`release`: no attempt counted, due
 //! again at once) and exits 0.
 
@@ -96,6 +96,8 @@ pub async fn run(listen: Listen, stop: CancellationToken) -> anyhow::Result<()> 
                 events
             }
             Err(Failure::Fatal(e)) => return Err(e),
+            // A cron job's run: fail now and let the next run try.
+            Err(Failure::Retry(e)) if listen.once => return Err(e.context("cannot take events")),
             Err(Failure::Retry(e)) => {
                 eprintln!(
                     "cannot take events ({e:#}); trying again in {}s",

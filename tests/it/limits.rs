@@ -23,13 +23,14 @@ use crate::deliver::wait_for_state;
 use crate::helpers::{ChildServer, free_addr, github_request, hmac_sha256, json, now_secs};
 
 /// A certificate pair for the public listener and the CA a client trusts.
-struct Tls {
-    cert: PathBuf,
-    key: PathBuf,
-    ca: String,
+pub(crate) struct Tls {
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
+    pub(crate) ca: String,
 }
 
-fn tls_files(dir: &Path) -> Tls {
+/// A CA and a certificate for 127.0.0.1 it signed, written in `dir`.
+pub(crate) fn tls_files(dir: &Path) -> Tls {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();

@@ -204,3 +204,53 @@ async fn sigint_gives_back_what_it_holds_at_once_and_exits_0() {
         "giving back counts no attempt"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_speaks_https_trusting_the_ca_it_is_given() {
+    let certs = tempfile::tempdir().unwrap();
+    let tls = crate::limits::tls_files(certs.path());
+    let ca = certs.path().join("ca.pem");
+    std::fs::write(&ca, &tls.ca).unwrap();
+    let server_tls = format!(
+        "[server.tls]\ncert = {:?}\nkey = {:?}",
+        tls.cert.display().to_string(),
+        tls.key.display().to_string()
+    );
+    let app = TestApp::spawn_with(&source(), &server_tls).await;
+    let https = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(tls.ca.as_bytes()).unwrap()])
+        .build()
+        .unwrap();
+    let url = format!("https://{}/hooks/github", app.addr);
+    let r = github_request(&https, &url, "over-tls", br#"{"zen":"tls"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let down = Downstream::start(|_, _| Reply::status(204)).await;
+    let mut cmd = hookbox();
+    cmd.args(["listen", "--url", &format!("https://{}", app.addr)])
+        .args(["--source", "github", "--destination", "laptop"])
+        .args(["--forward-to", &down.url(), "--once", "--ca"])
+        .arg(&ca)
+        .env("HOOKBOX_PULL_TOKEN", TOKEN);
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(down.hits().len(), 1);
+    assert_eq!(down.hits()[0].header("x-github-delivery"), "over-tls");
+    assert_eq!(delivered(&app), 1);
+    // Without the CA the certificate is refused: --once says so and exits 1.
+    let mut cmd = hookbox();
+    cmd.args(["listen", "--url", &format!("https://{}", app.addr)])
+        .args(["--source", "github", "--destination", "laptop"])
+        .args(["--forward-to", &down.url(), "--once"])
+        .env("HOOKBOX_PULL_TOKEN", TOKEN);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot take events"), "{stderr}");
+}
