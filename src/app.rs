@@ -195,11 +195,13 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
     } = parts;
     let acceptor = tls.as_ref().map(TlsManager::acceptor).transpose()?;
     let wake = Arc::new(Notify::new());
+    let breakers = Arc::new(crate::dispatch::breaker::Board::default());
     let dispatcher = Dispatcher::new(
         &config,
         store.clone(),
         writer.clone(),
         wake.clone(),
+        breakers.clone(),
         &metrics,
     )?;
     // The admin API may keep a clone of `catchup` to run a pass on demand.
@@ -249,6 +251,7 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         writer: writer.clone(),
         dispatch: wake,
         pull: pull.clone(),
+        breakers,
         metrics,
         catchup,
     };

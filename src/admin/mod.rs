@@ -54,6 +54,8 @@ pub struct AdminState {
     pub dispatch: Arc<Notify>,
     /// Wakes pull long-polls after a replay.
     pub pull: Arc<crate::pull::PullHub>,
+    /// Each destination's circuit breaker, as the dispatcher last set it.
+    pub breakers: Arc<crate::dispatch::breaker::Board>,
     pub metrics: Arc<Metrics>,
     /// Runs a source's catch-up pass on demand.
     pub catchup: CatchupHandle,

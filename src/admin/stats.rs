@@ -61,8 +61,19 @@ pub async fn overview(st: &AdminState) -> Result<Overview, ApiError> {
 /// event's age (per source and overall), and each catch-up job's last run.
 pub async fn stats(State(st): State<AdminState>) -> Result<Json<Value>, ApiError> {
     let o = overview(&st).await?;
+    let mut sources = serde_json::to_value(&o.sources).map_err(anyhow::Error::from)?;
+    // Each destination's breaker, from the dispatcher's board: not rows.
+    let now = clock::now_ms();
+    for source in sources.as_array_mut().into_iter().flatten() {
+        let name = source["source"].as_str().unwrap_or_default().to_owned();
+        if let Some(destinations) = source["destinations"].as_object_mut() {
+            for (destination, d) in destinations.iter_mut() {
+                d["breaker"] = st.breakers.get(&name, destination).to_json(now);
+            }
+        }
+    }
     Ok(Json(json!({
-        "sources": o.sources,
+        "sources": sources,
         "totals": o.totals,
         "oldest_pending_age_seconds": o.oldest_pending_age_seconds,
         "last_catch_up": o.last_runs,

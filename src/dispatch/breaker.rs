@@ -14,6 +14,8 @@
 //! delivery's `max_attempts`: a pause must never push deliveries toward
 //! `dead`.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The longest time between two probes.
@@ -90,6 +92,16 @@ impl Breaker {
 
     pub fn is_paused(&self) -> bool {
         self.paused.is_some()
+    }
+
+    /// When the next probe goes, while paused.
+    pub fn next_probe(&self) -> Option<Instant> {
+        self.paused.as_ref().map(|p| p.next_probe)
+    }
+
+    /// Until when a `Retry-After` holds the destination.
+    pub fn held_until(&self) -> Option<Instant> {
+        self.hold_until
     }
 
     /// Whether a `Retry-After` holds every attempt at `now`.
@@ -183,6 +195,62 @@ impl Breaker {
         } else {
             Change::None
         }
+    }
+}
+
+/// One destination's breaker as the admin API shows it, in unix ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Status {
+    pub paused_since: Option<i64>,
+    pub next_probe_at: Option<i64>,
+    pub held_until: Option<i64>,
+}
+
+impl Status {
+    /// `open`, `paused` or `held` at `now`, with its times.
+    pub fn to_json(self, now: i64) -> serde_json::Value {
+        let held = self.held_until.filter(|t| *t > now);
+        let state = match (self.paused_since, held) {
+            (Some(_), _) => "paused",
+            (None, Some(_)) => "held",
+            (None, None) => "open",
+        };
+        serde_json::json!({
+            "state": state,
+            "paused_since": self.paused_since,
+            "next_probe_at": self.next_probe_at,
+            "held_until": held,
+        })
+    }
+}
+
+/// Every destination's [`Status`], written by the dispatcher as its
+/// breakers change and read by the admin API.
+#[derive(Debug, Default)]
+pub struct Board(Mutex<HashMap<(String, String), Status>>);
+
+impl Board {
+    pub fn set(&self, source: &str, destination: &str, status: Status) {
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if status == Status::default() {
+            map.remove(&(source.to_owned(), destination.to_owned()));
+        } else {
+            map.insert((source.to_owned(), destination.to_owned()), status);
+        }
+    }
+
+    /// `open` for a destination never paused or held.
+    pub fn get(&self, source: &str, destination: &str) -> Status {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(&(source.to_owned(), destination.to_owned()))
+            .copied()
+            .unwrap_or_default()
     }
 }
 

@@ -42,7 +42,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::breaker::{Breaker, Change, May, Verdict};
+use super::breaker::{Board, Breaker, Change, May, Status, Verdict};
 use super::{Attempt, Deliverer, Job, Outcome, backoff};
 use crate::clock;
 use crate::config::{Config, DeliverConfig};
@@ -113,6 +113,8 @@ pub struct Dispatcher {
     writer: WriterHandle,
     lanes: Vec<Lane>,
     wake: Arc<Notify>,
+    /// Where the admin API reads each lane's breaker.
+    board: Arc<Board>,
     lease: Duration,
 }
 
@@ -145,6 +147,7 @@ impl Dispatcher {
         store: Store,
         writer: WriterHandle,
         wake: Arc<Notify>,
+        board: Arc<Board>,
         metrics: &Metrics,
     ) -> anyhow::Result<Option<Self>> {
         let client = super::url::client().context("building the HTTP client for deliveries")?;
@@ -177,6 +180,7 @@ impl Dispatcher {
             writer,
             lanes,
             wake,
+            board,
             lease: wait.saturating_add(LEASE_MARGIN),
         }))
     }
@@ -353,7 +357,26 @@ impl Dispatcher {
             return;
         };
         let (source, destination) = (lane.source.clone(), lane.config.name.clone());
-        match lane.breaker.record(verdict, probe, now) {
+        let change = lane.breaker.record(verdict, probe, now);
+        if change != Change::None || lane.breaker.is_paused() {
+            let since = self.board.get(&source, &destination).paused_since;
+            let wall = |t: Instant| {
+                let ahead =
+                    i64::try_from(t.saturating_duration_since(now).as_millis()).unwrap_or(i64::MAX);
+                clock::now_ms().saturating_add(ahead)
+            };
+            let status = Status {
+                paused_since: lane
+                    .breaker
+                    .is_paused()
+                    .then(|| since.unwrap_or_else(clock::now_ms)),
+                next_probe_at: lane.breaker.next_probe().map(wall),
+                held_until: lane.breaker.held_until().filter(|t| *t > now).map(wall),
+            };
+            self.board.set(&source, &destination, status);
+        }
+        let lane = &mut self.lanes[i];
+        match change {
             Change::None => {}
             Change::Held(wait) => {
                 tracing::info!(%source, %destination, for_ms = wait.as_millis() as u64,

@@ -88,6 +88,16 @@ async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_back
     crate::deliver::eventually("the pause", || (down.hits().len() >= 3).then_some(())).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(metric(&app, PAUSED).await.as_deref(), Some("1"));
+    let breaker = || async {
+        let stats: serde_json::Value = app.admin_get("/api/stats").await.json().await.unwrap();
+        stats["sources"][0]["destinations"]["default"]["breaker"].clone()
+    };
+    let paused = breaker().await;
+    assert_eq!(paused["state"], "paused", "{paused}");
+    assert!(
+        paused["paused_since"].is_i64() && paused["next_probe_at"].is_i64(),
+        "{paused}"
+    );
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     let while_down = down.hits().len();
     assert!(
@@ -135,6 +145,7 @@ async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_back
     let most: i64 = app.count("SELECT max(attempts) FROM deliveries");
     assert!(most <= 2, "a delivery spent {most} attempts");
     assert_eq!(metric(&app, PAUSED).await.as_deref(), Some("0"));
+    assert_eq!(breaker().await["state"], "open");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
