@@ -122,10 +122,7 @@ fn admitted(
     destination: &str,
     parts: &axum::http::request::Parts,
 ) -> Result<(Arc<PullLane>, IpAddr), ApiError> {
-    let lane = hub
-        .lane(source, destination)
-        .cloned()
-        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    let lane = known_lane(hub, source, destination)?;
     let client = hub.edge.client(source, parts)?;
     hub.edge.admit(source, None, client)?;
     let sent = bearer(&parts.headers).unwrap_or_default();
@@ -135,6 +132,14 @@ fn admitted(
         return Err(ApiError::Unauthorized);
     }
     Ok((lane, client))
+}
+
+/// The pull destination a path names; 404 for an unknown source or
+/// destination, or one that is not pull.
+fn known_lane(hub: &PullHub, source: &str, destination: &str) -> Result<Arc<PullLane>, ApiError> {
+    hub.lane(source, destination)
+        .cloned()
+        .ok_or(ApiError::NotFound("unknown_destination"))
 }
 
 /// The token of `Authorization: Bearer <token>`, if that is what was sent.
@@ -171,10 +176,7 @@ async fn admin_take(
     Path((source, destination)): Path<(String, String)>,
     params: Result<Query<TakeParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let lane = hub
-        .lane(&source, &destination)
-        .cloned()
-        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    let lane = known_lane(&hub, &source, &destination)?;
     let take = TakeParams::parse(params)?;
     take_deliveries(&hub, &lane, take, None).await
 }
@@ -217,10 +219,7 @@ async fn admin_release(
     Path((source, destination)): Path<(String, String)>,
     body: Result<Json<SettleBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let lane = hub
-        .lane(&source, &destination)
-        .cloned()
-        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    let lane = known_lane(&hub, &source, &destination)?;
     release_leases(&hub, &lane, body).await
 }
 
@@ -229,10 +228,7 @@ async fn admin_ack(
     Path((source, destination)): Path<(String, String)>,
     body: Result<Json<SettleBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let lane = hub
-        .lane(&source, &destination)
-        .cloned()
-        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    let lane = known_lane(&hub, &source, &destination)?;
     settle(&hub, &lane, body, Verdict::Ack).await
 }
 
@@ -241,10 +237,7 @@ async fn admin_nack(
     Path((source, destination)): Path<(String, String)>,
     body: Result<Json<SettleBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let lane = hub
-        .lane(&source, &destination)
-        .cloned()
-        .ok_or(ApiError::NotFound("unknown_destination"))?;
+    let lane = known_lane(&hub, &source, &destination)?;
     settle(&hub, &lane, body, Verdict::Nack).await
 }
 
