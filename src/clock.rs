@@ -15,6 +15,12 @@ pub fn now_secs() -> i64 {
     now_ms() / 1000
 }
 
+/// Unix milliseconds as RFC 3339, to the second, UTC.
+pub fn format_ms(ms: i64) -> String {
+    let t = UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
 /// A time as an operator writes it: unix milliseconds, RFC 3339
 /// (`2026-11-01T12:00:00Z`), or a bare date (`2026-11-01`, midnight UTC).
 pub fn parse_time(value: &str) -> Option<i64> {

@@ -24,6 +24,7 @@ mod listen;
 mod load;
 mod metrics;
 mod one_server;
+mod pauses;
 mod protect;
 mod pull;
 mod quick_start;
