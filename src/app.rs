@@ -358,7 +358,10 @@ fn public_router(
         edge,
     );
     Router::new()
-        .route("/hooks/{source}", post(crate::receive::receive))
+        .route(
+            "/hooks/{source}",
+            post(crate::receive::receive).get(crate::receive::handshake),
+        )
         .with_state(receiver)
         .merge(crate::pull::public_routes(pull))
         .merge(health_routes(writer))

@@ -59,6 +59,7 @@ fuzz_target!(|data: &[u8]| {
             github_redelivery: None,
             stripe_backfill: None,
             allow_ips: Vec::new(),
+            verify_token: None,
         }],
         ..RawConfig::default()
     };

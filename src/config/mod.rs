@@ -137,6 +137,11 @@ pub enum Kind {
     Gitlab,
     Slack,
     Hmac,
+    Linear,
+    Discord,
+    Sendgrid,
+    Mailgun,
+    Meta,
 }
 
 impl Kind {
@@ -149,6 +154,11 @@ impl Kind {
             Kind::Gitlab => "gitlab",
             Kind::Slack => "slack",
             Kind::Hmac => "hmac",
+            Kind::Linear => "linear",
+            Kind::Discord => "discord",
+            Kind::Sendgrid => "sendgrid",
+            Kind::Mailgun => "mailgun",
+            Kind::Meta => "meta",
         }
     }
 }
@@ -188,6 +198,10 @@ pub struct RawSource {
     /// empty: every address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_ips: Vec<String>,
+    /// Only for `kind = "meta"`: the secret reference Meta's subscription
+    /// handshake (`GET ?hub.verify_token=`) must present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_token: Option<String>,
 }
 
 impl fmt::Debug for RawSource {
@@ -206,6 +220,10 @@ impl fmt::Debug for RawSource {
             .field("github_redelivery", &self.github_redelivery)
             .field("stripe_backfill", &self.stripe_backfill)
             .field("allow_ips", &self.allow_ips)
+            .field(
+                "verify_token",
+                &self.verify_token.as_deref().map(secret::describe),
+            )
             .finish()
     }
 }
@@ -302,6 +320,8 @@ pub struct SourceConfig {
     pub stripe_backfill: Option<StripeBackfillConfig>,
     /// `None`: every address may post.
     pub allow_ips: Option<AllowIps>,
+    /// Meta's handshake token (kind `meta` only, required there).
+    pub verify_token: Option<Secret>,
 }
 
 #[derive(Debug, Clone)]
@@ -378,7 +398,10 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
         raw.server.tls = None;
         for source in &mut raw.sources {
             for secret in &mut source.secrets {
-                *secret = PLACEHOLDER_SECRET.to_owned();
+                *secret = placeholder_secret(source.kind).to_owned();
+            }
+            if source.verify_token.is_some() {
+                source.verify_token = Some(PLACEHOLDER_SECRET.to_owned());
             }
             for deliver in source.deliver.iter_mut() {
                 if deliver.signing_secret.is_some() {
@@ -390,6 +413,16 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
         }
         raw
     })
+}
+
+/// [`PLACEHOLDER_SECRET`], or for the kinds whose secrets are public keys
+/// a key of the right shape (from the vectors in `tests/vectors/`).
+fn placeholder_secret(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Discord => crate::receive::discord::PLACEHOLDER_KEY,
+        Kind::Sendgrid => crate::receive::sendgrid::PLACEHOLDER_KEY,
+        _ => PLACEHOLDER_SECRET,
+    }
 }
 
 fn load_with(
@@ -506,6 +539,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 github_redelivery: None,
                 stripe_backfill: None,
                 allow_ips: Vec::new(),
+                verify_token: None,
             });
         } else {
             disabled.push((name, var.to_owned()));
@@ -599,6 +633,8 @@ fn validate_source(
             }
         }
     }
+    check_public_keys(src.kind, &secrets, at, problems);
+    let verify_token = validate_verify_token(src, at, problems);
     limits::TOLERANCE.check(at, src.tolerance, problems);
     for (j, pointer) in src.order_key.iter().enumerate() {
         if !pointer.starts_with('/') {
@@ -658,7 +694,51 @@ fn validate_source(
         github_redelivery,
         stripe_backfill,
         allow_ips,
+        verify_token,
     })
+}
+
+/// Discord and SendGrid take public keys in `secrets`: each must decode
+/// now, not at the first delivery.
+fn check_public_keys(kind: Kind, secrets: &[Secret], at: &str, problems: &mut Vec<String>) {
+    let check: fn(&Secret) -> Result<(), String> = match kind {
+        Kind::Discord => |s| crate::receive::discord::parse_public_key(s).map(drop),
+        Kind::Sendgrid => |s| crate::receive::sendgrid::parse_public_key(s).map(drop),
+        _ => return,
+    };
+    for (j, s) in secrets.iter().enumerate() {
+        if let Err(why) = check(s) {
+            problems.push(format!("{at}.secrets[{j}]: {why}"));
+        }
+    }
+}
+
+/// `verify_token`: required for kind `meta`, refused elsewhere.
+fn validate_verify_token(src: &RawSource, at: &str, problems: &mut Vec<String>) -> Option<Secret> {
+    match (&src.verify_token, src.kind) {
+        (Some(reference), Kind::Meta) => match secret::resolve(reference) {
+            Ok(token) => Some(token),
+            Err(why) => {
+                problems.push(format!(
+                    "{at}.verify_token ({}): {why}",
+                    secret::describe(reference)
+                ));
+                None
+            }
+        },
+        (None, Kind::Meta) => {
+            problems.push(format!(
+                "{at}.verify_token: kind \"meta\" needs the token you type into Meta's \
+                 webhook settings, which its subscription handshake sends back"
+            ));
+            None
+        }
+        (Some(_), _) => {
+            problems.push(format!("{at}.verify_token: only for kind \"meta\""));
+            None
+        }
+        (None, _) => None,
+    }
 }
 
 fn validate_hmac(h: &RawHmac, at: &str, problems: &mut Vec<String>) -> Option<HmacConfig> {
@@ -810,6 +890,7 @@ impl Config {
                     .chain(redelivery.and_then(|g| g.token.as_deref()))
                     .chain(redelivery.and_then(|g| g.private_key.as_deref()))
                     .chain(s.stripe_backfill.as_ref().map(|b| b.api_key.as_str()))
+                    .chain(s.verify_token.as_deref())
             })
             .chain(raw.admin.token.as_deref());
         let mut names: Vec<String> = references
@@ -839,6 +920,9 @@ impl Config {
             }
             if let Some(s) = &mut src.stripe_backfill {
                 catchup::redact_stripe(s);
+            }
+            if let Some(token) = &mut src.verify_token {
+                *token = secret::describe(token);
             }
         }
         toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))

@@ -12,10 +12,15 @@
 //! client's failure limit. Provider specifics live one file per kind; this
 //! module only chooses among them.
 
+pub mod discord;
 pub mod github;
 pub mod gitlab;
 pub mod hmac;
+pub mod linear;
+pub mod mailgun;
+pub mod meta;
 pub mod payload;
+pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
 pub mod standard;
@@ -48,7 +53,7 @@ use crate::pull::PullHub;
 use crate::route::Routes;
 use crate::store::models::{Inserted, NewEvent, Origin};
 use crate::store::{StoreError, WriterHandle};
-use payload::{Identified, IdentifyError, Inbound};
+use payload::{Identified, IdentifyError, Inbound, Ping};
 use verify::VerifyError;
 
 /// Bodies above this are verified on the blocking pool, so hashing 25 MiB
@@ -78,6 +83,11 @@ enum Verifier {
     Gitlab(gitlab::Gitlab),
     Slack(slack::Slack),
     Hmac(hmac::Hmac),
+    Linear(linear::Linear),
+    Discord(discord::Discord),
+    Sendgrid(sendgrid::Sendgrid),
+    Mailgun(mailgun::Mailgun),
+    Meta(meta::Meta),
 }
 
 impl Source {
@@ -120,6 +130,26 @@ impl Source {
             (Kind::Hmac, None) => {
                 unreachable!("config validation requires [sources.hmac] for kind hmac")
             }
+            (Kind::Linear, _) => (
+                Verifier::Linear(linear::Linear::new(secrets, tolerance)),
+                owned(linear::KEEP_HEADERS),
+            ),
+            (Kind::Discord, _) => (
+                Verifier::Discord(discord::Discord::new(secrets, tolerance)),
+                owned(discord::KEEP_HEADERS),
+            ),
+            (Kind::Sendgrid, _) => (
+                Verifier::Sendgrid(sendgrid::Sendgrid::new(secrets)),
+                owned(sendgrid::KEEP_HEADERS),
+            ),
+            (Kind::Mailgun, _) => (
+                Verifier::Mailgun(mailgun::Mailgun::new(secrets)),
+                owned(mailgun::KEEP_HEADERS),
+            ),
+            (Kind::Meta, _) => (
+                Verifier::Meta(meta::Meta::new(secrets, cfg.verify_token.clone())),
+                owned(meta::KEEP_HEADERS),
+            ),
         };
         Source {
             name: cfg.name.clone(),
@@ -133,7 +163,8 @@ impl Source {
         }
     }
 
-    fn verify(&self, req: &Inbound, now: i64) -> Result<(), VerifyError> {
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        let now = now_ms / 1000;
         match &self.verifier {
             Verifier::Github(v) => v.verify(req),
             Verifier::Stripe(v) => v.verify(req, now),
@@ -142,6 +173,12 @@ impl Source {
             Verifier::Gitlab(v) => v.verify(req),
             Verifier::Slack(v) => v.verify(req, now),
             Verifier::Hmac(v) => v.verify(req, now),
+            // Linear's timestamp is in milliseconds.
+            Verifier::Linear(v) => v.verify(req, now_ms),
+            Verifier::Discord(v) => v.verify(req, now),
+            Verifier::Sendgrid(v) => v.verify(req),
+            Verifier::Mailgun(v) => v.verify(req),
+            Verifier::Meta(v) => v.verify(req),
         }
     }
 
@@ -154,6 +191,11 @@ impl Source {
             Verifier::Gitlab(v) => v.identify(req),
             Verifier::Slack(v) => v.identify(req),
             Verifier::Hmac(v) => v.identify(req),
+            Verifier::Linear(v) => v.identify(req),
+            Verifier::Discord(v) => v.identify(req),
+            Verifier::Sendgrid(v) => v.identify(req),
+            Verifier::Mailgun(v) => v.identify(req),
+            Verifier::Meta(v) => v.identify(req),
         }
     }
 
@@ -161,10 +203,10 @@ impl Source {
     /// row to store. Pure: no I/O, so it can run on any thread.
     fn examine(&self, headers: &HeaderMap, body: Bytes, now_ms: i64) -> Result<Examined, ApiError> {
         let req = Inbound::new(headers, &body);
-        self.verify(&req, now_ms / 1000)
-            .map_err(ApiError::Unverified)?;
+        self.verify(&req, now_ms).map_err(ApiError::Unverified)?;
         let identity = match self.identify(&req).map_err(ApiError::Unidentified)? {
             Identified::Challenge(challenge) => return Ok(Examined::Challenge(challenge)),
+            Identified::Ping(ping) => return Ok(Examined::Ping(ping)),
             Identified::Event(identity) => identity,
         };
         let order_key = self.order_key.iter().find_map(|p| req.json_str(p));
@@ -198,6 +240,7 @@ fn body_of<'a>(routes: &Routes, req: &'a Inbound<'_>) -> crate::route::Body<'a> 
 enum Examined {
     Event(NewEvent),
     Challenge(String),
+    Ping(Ping),
 }
 
 /// The provider headers worth keeping, as a JSON object. Values that are not
@@ -268,6 +311,7 @@ enum Answer {
     Accepted(i64),
     Duplicate(i64),
     Challenge(String),
+    Ping(Ping),
 }
 
 /// `POST /hooks/{source}`: [`handle`], counted and timed.
@@ -323,7 +367,7 @@ pub async fn receive(
     match &answer {
         Ok(Answer::Accepted(_)) => metrics.accepted(took),
         Ok(Answer::Duplicate(_)) => metrics.duplicate(took),
-        Ok(Answer::Challenge(_)) => metrics.challenge(took),
+        Ok(Answer::Challenge(_) | Answer::Ping(_)) => metrics.challenge(took),
         Err(e) => metrics.rejected(e.reason(), took),
     }
     Ok(match answer? {
@@ -340,7 +384,78 @@ pub async fn receive(
         Answer::Challenge(challenge) => {
             (StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response()
         }
+        Answer::Ping(Ping::Interaction) => {
+            (StatusCode::OK, Json(json!({ "type": 1 }))).into_response()
+        }
+        Answer::Ping(Ping::WebhookEvent) => StatusCode::NO_CONTENT.into_response(),
     })
+}
+
+/// `GET /hooks/{source}`: Meta's subscription handshake, for `meta`
+/// sources only (any other source answers 405, as before the route took
+/// `GET`). The edge checks the client as for a delivery, and a wrong
+/// `hub.verify_token` counts toward the client's failure limit like a
+/// forged signature: the token is a password. Nothing is stored.
+pub async fn handshake(
+    State(rx): State<Receiver>,
+    name: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let Some(source) = name
+        .ok()
+        .and_then(|Path(name)| rx.sources.get(&name).cloned())
+    else {
+        rx.unknown
+            .rejected(ApiError::UnknownSource.reason(), started.elapsed());
+        return Err(ApiError::UnknownSource);
+    };
+    let metrics = &source.metrics;
+    let (parts, _body) = request.into_parts();
+    let client = match rx.edge.client(&source.name, &parts).and_then(|client| {
+        rx.edge
+            .admit(&source.name, source.allow_ips.as_ref(), client)
+            .map(|()| client)
+    }) {
+        Ok(client) => client,
+        Err(refused) => {
+            metrics.rejected(refused.reason(), started.elapsed());
+            return Err(refused);
+        }
+    };
+    let Verifier::Meta(meta) = &source.verifier else {
+        metrics.rejected("method_not_allowed", started.elapsed());
+        let body = Json(json!({ "error": "method_not_allowed" }));
+        return Ok((
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            body,
+        )
+            .into_response());
+    };
+    match meta.subscribe(parts.uri.query().unwrap_or("")) {
+        Ok(challenge) => {
+            metrics.challenge(started.elapsed());
+            Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                challenge,
+            )
+                .into_response())
+        }
+        Err(refused) => {
+            if refused == meta::Refused::WrongToken {
+                rx.edge.failed(client);
+            }
+            tracing::info!(source = %source.name, reason = refused.reason(), "refused a handshake");
+            metrics.rejected(refused.reason(), started.elapsed());
+            let status = match refused {
+                meta::Refused::WrongToken => StatusCode::FORBIDDEN,
+                meta::Refused::NotAHandshake => StatusCode::NOT_FOUND,
+            };
+            Ok((status, Json(json!({ "error": refused.reason() }))).into_response())
+        }
+    }
 }
 
 /// Reads, verifies, identifies and stores one request from `client`.
@@ -372,6 +487,7 @@ async fn handle(
     })?;
     let event = match examined {
         Examined::Challenge(challenge) => return Ok(Answer::Challenge(challenge)),
+        Examined::Ping(ping) => return Ok(Answer::Ping(ping)),
         Examined::Event(event) => event,
     };
     let dispatched = !event.destinations.is_empty();

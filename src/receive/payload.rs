@@ -57,6 +57,18 @@ pub enum Identified {
     Event(Identity),
     /// A handshake to answer and not store (Slack's `url_verification`).
     Challenge(String),
+    /// Discord's PING, answered the way the endpoint it came to expects.
+    Ping(Ping),
+}
+
+/// Discord sends a PING to both of its endpoint kinds, and each wants its
+/// own answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ping {
+    /// Interactions endpoint: `200 {"type":1}` (PONG).
+    Interaction,
+    /// Webhook events endpoint: `204` with no body.
+    WebhookEvent,
 }
 
 /// A verified request that cannot be stored: the provider sent something

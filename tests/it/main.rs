@@ -41,3 +41,4 @@ mod systemd;
 mod tls;
 mod upgrade;
 mod uploads;
+mod vectors_b;
