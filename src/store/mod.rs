@@ -8,7 +8,7 @@
 
 pub mod backup;
 pub mod catchup;
-mod checkpoint;
+pub mod checkpoint;
 pub mod command;
 pub mod dispatch;
 mod ingest;
@@ -42,7 +42,7 @@ pub use replay::{ReplayFilter, replay};
 pub use writer::{StoreError, WriterHandle};
 
 /// How long a reader waits for a lock before giving up.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Read access to the database.
 #[derive(Clone)]

@@ -545,6 +545,10 @@ impl Writer {
                 {
                     syncer.sync_then_answer(durable);
                 }
+                if self.helpers.checkpointer.0.take_restart() {
+                    self.restart_wal();
+                    self.helpers.checkpointer.0.restarted();
+                }
             }
             Err(e) => {
                 let reason = format!("{e:#}");
@@ -552,6 +556,24 @@ impl Writer {
                 for cmd in batch.drain(..) {
                     cmd.fail(StoreError::Unavailable(reason.clone()));
                 }
+            }
+        }
+    }
+
+    /// Starts the WAL over between two groups, when the checkpointer says
+    /// it is past its size and nearly all copied (`super::checkpoint`).
+    fn restart_wal(&self) {
+        let started = Instant::now();
+        match super::checkpoint::restart(&self.conn, super::BUSY_TIMEOUT) {
+            Ok(true) => {
+                tracing::debug!(
+                    took_us = started.elapsed().as_micros() as u64,
+                    "WAL restarted"
+                );
+            }
+            Ok(false) => tracing::debug!("WAL restart skipped: a reader still uses it"),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "restarting the WAL failed; it is tried again later");
             }
         }
     }
