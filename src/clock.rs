@@ -15,6 +15,28 @@ pub fn now_secs() -> i64 {
     now_ms() / 1000
 }
 
+/// The clock the receive route checks signature timestamps against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum VerifyClock {
+    /// The system clock: always, outside tests.
+    #[default]
+    System,
+    /// A fixed unix time in seconds. No config key sets it: tests do, so
+    /// that signatures a provider's SDK made once, at a fixed time (the
+    /// committed vectors), go through the real router.
+    Fixed(i64),
+}
+
+impl VerifyClock {
+    /// The verification time, given the system time `now_ms`.
+    pub fn now_secs(self, now_ms: i64) -> i64 {
+        match self {
+            VerifyClock::System => now_ms / 1000,
+            VerifyClock::Fixed(secs) => secs,
+        }
+    }
+}
+
 /// A time as an operator writes it: unix milliseconds, RFC 3339
 /// (`2026-11-01T12:00:00Z`), or a bare date (`2026-11-01`, midnight UTC).
 pub fn parse_time(value: &str) -> Option<i64> {

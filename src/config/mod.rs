@@ -137,6 +137,11 @@ pub enum Kind {
     Gitlab,
     Slack,
     Hmac,
+    Paddle,
+    Twilio,
+    Square,
+    Zoom,
+    Twitch,
 }
 
 impl Kind {
@@ -149,7 +154,29 @@ impl Kind {
             Kind::Gitlab => "gitlab",
             Kind::Slack => "slack",
             Kind::Hmac => "hmac",
+            Kind::Paddle => "paddle",
+            Kind::Twilio => "twilio",
+            Kind::Square => "square",
+            Kind::Zoom => "zoom",
+            Kind::Twitch => "twitch",
         }
+    }
+
+    /// The window a timestamped kind allows when `tolerance` is not set:
+    /// the provider's own where it documents one (Paddle's SDKs allow 5 s,
+    /// Twitch says to refuse messages older than 10 minutes), else 5 min.
+    pub fn default_tolerance(self) -> Duration {
+        match self {
+            Kind::Paddle => Duration::from_secs(5),
+            Kind::Twitch => Duration::from_secs(600),
+            _ => Duration::from_secs(300),
+        }
+    }
+
+    /// Kinds whose signature covers the URL the provider called, which
+    /// hookbox cannot see behind a proxy: they need `public_url`.
+    pub fn signs_url(self) -> bool {
+        matches!(self, Kind::Twilio | Kind::Square)
     }
 }
 
@@ -164,9 +191,14 @@ pub struct RawSource {
     /// Secret references; any one matching passes (rotation).
     #[serde(default)]
     pub secrets: Vec<String>,
-    /// Allowed clock difference for timestamped schemes, both directions.
-    #[serde(default = "default_tolerance", with = "duration")]
-    pub tolerance: Duration,
+    /// Allowed clock difference for timestamped schemes, both directions;
+    /// unset: the kind's default ([`Kind::default_tolerance`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::option"
+    )]
+    pub tolerance: Option<Duration>,
     /// JSON pointers; the first non-null one is the event's ordering key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub order_key: Vec<String>,
@@ -188,6 +220,11 @@ pub struct RawSource {
     /// empty: every address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_ips: Vec<String>,
+    /// Kinds that sign the URL (`twilio`, `square`): the URL exactly as
+    /// the provider calls it, without the query (the request's own query
+    /// is appended as received).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
 }
 
 impl fmt::Debug for RawSource {
@@ -206,6 +243,7 @@ impl fmt::Debug for RawSource {
             .field("github_redelivery", &self.github_redelivery)
             .field("stripe_backfill", &self.stripe_backfill)
             .field("allow_ips", &self.allow_ips)
+            .field("public_url", &self.public_url)
             .finish()
     }
 }
@@ -252,10 +290,6 @@ fn yes() -> bool {
     true
 }
 
-fn default_tolerance() -> Duration {
-    Duration::from_secs(300)
-}
-
 /// `$STATE_DIRECTORY/hookbox.db` under systemd, else `./hookbox.db`.
 fn default_database() -> PathBuf {
     std::env::var_os("STATE_DIRECTORY")
@@ -284,6 +318,9 @@ pub struct Config {
     pub disabled_defaults: Vec<(String, String)>,
     /// The input, for `hookbox check` to print redacted.
     pub raw: RawConfig,
+    /// What signature timestamps are checked against: the system clock,
+    /// except in tests (see [`crate::clock::VerifyClock`]).
+    pub verify_clock: crate::clock::VerifyClock,
 }
 
 #[derive(Debug, Clone)]
@@ -302,6 +339,9 @@ pub struct SourceConfig {
     pub stripe_backfill: Option<StripeBackfillConfig>,
     /// `None`: every address may post.
     pub allow_ips: Option<AllowIps>,
+    /// The URL the provider signs, for the kinds that sign it; checked
+    /// to be an absolute `http(s)` URL without query or fragment.
+    pub public_url: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -498,7 +538,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 kind,
                 enabled: true,
                 secrets: vec![format!("env:{var}")],
-                tolerance: default_tolerance(),
+                tolerance: None,
                 order_key: Vec::new(),
                 max_body_bytes: None,
                 hmac: None,
@@ -506,6 +546,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 github_redelivery: None,
                 stripe_backfill: None,
                 allow_ips: Vec::new(),
+                public_url: None,
             });
         } else {
             disabled.push((name, var.to_owned()));
@@ -562,6 +603,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
             origin,
             disabled_defaults: Vec::new(),
             raw,
+            verify_clock: crate::clock::VerifyClock::System,
         })
     } else {
         Err(ConfigError { origin, problems })
@@ -599,7 +641,9 @@ fn validate_source(
             }
         }
     }
-    limits::TOLERANCE.check(at, src.tolerance, problems);
+    let tolerance = src.tolerance.unwrap_or(src.kind.default_tolerance());
+    limits::TOLERANCE.check(at, tolerance, problems);
+    validate_public_url(src, at, problems);
     for (j, pointer) in src.order_key.iter().enumerate() {
         if !pointer.starts_with('/') {
             problems.push(format!(
@@ -650,7 +694,7 @@ fn validate_source(
         name: src.name.clone(),
         kind: src.kind,
         secrets,
-        tolerance: src.tolerance,
+        tolerance,
         order_key: src.order_key.clone(),
         max_body_bytes: src.max_body_bytes.unwrap_or(server.max_body_bytes),
         hmac,
@@ -658,7 +702,47 @@ fn validate_source(
         github_redelivery,
         stripe_backfill,
         allow_ips,
+        public_url: src.public_url.clone(),
     })
+}
+
+/// `public_url`: required for the kinds that sign the URL, refused for
+/// the others (it would be ignored, and an ignored key misleads). The
+/// query is left out because the request's own query string is signed
+/// too, and appended as received: Twilio's JSON callbacks carry their
+/// `bodySHA256` there, different on every request.
+fn validate_public_url(src: &RawSource, at: &str, problems: &mut Vec<String>) {
+    let key = format!("{at}.public_url");
+    let Some(raw) = &src.public_url else {
+        if src.kind.signs_url() {
+            problems.push(format!(
+                "{key}: kind {:?} signs the URL it calls: set public_url to the URL exactly as \
+                 entered in the provider's console (e.g. \"https://hooks.example.com/hooks/{}\")",
+                src.kind.as_str(),
+                src.name
+            ));
+        }
+        return;
+    };
+    if !src.kind.signs_url() {
+        problems.push(format!(
+            "{key}: only for kinds that sign the URL (\"twilio\", \"square\")"
+        ));
+        return;
+    }
+    match url::Url::parse(raw) {
+        Err(e) => problems.push(format!("{key}: {raw:?} is not an absolute URL: {e}")),
+        Ok(url) if !matches!(url.scheme(), "http" | "https") || !raw.contains("://") => {
+            problems.push(format!(
+                "{key}: {raw:?} must start with https:// (or http://)"
+            ));
+        }
+        Ok(_) if raw.contains(['?', '#']) => problems.push(format!(
+            "{key}: {raw:?}: leave out the query and fragment; the query of each request is \
+             appended as received"
+        )),
+        Ok(_) => {}
+    }
 }
 
 fn validate_hmac(h: &RawHmac, at: &str, problems: &mut Vec<String>) -> Option<HmacConfig> {

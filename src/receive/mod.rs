@@ -15,12 +15,17 @@
 pub mod github;
 pub mod gitlab;
 pub mod hmac;
+pub mod paddle;
 pub mod payload;
 pub mod shopify;
 pub mod slack;
+pub mod square;
 pub mod standard;
 pub mod stripe;
+pub mod twilio;
+pub mod twitch;
 pub mod verify;
+pub mod zoom;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -38,7 +43,7 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::clock;
+use crate::clock::{self, VerifyClock};
 use crate::config::{AllowIps, Config, Kind, SourceConfig};
 use crate::edge::Edge;
 use crate::edge::bodies::Charge;
@@ -48,7 +53,7 @@ use crate::pull::PullHub;
 use crate::route::Routes;
 use crate::store::models::{Inserted, NewEvent, Origin};
 use crate::store::{StoreError, WriterHandle};
-use payload::{Identified, IdentifyError, Inbound};
+use payload::{Handshake, Identified, IdentifyError, Inbound};
 use verify::VerifyError;
 
 /// Bodies above this are verified on the blocking pool, so hashing 25 MiB
@@ -78,6 +83,11 @@ enum Verifier {
     Gitlab(gitlab::Gitlab),
     Slack(slack::Slack),
     Hmac(hmac::Hmac),
+    Paddle(paddle::Paddle),
+    Twilio(twilio::Twilio),
+    Square(square::Square),
+    Zoom(zoom::Zoom),
+    Twitch(twitch::Twitch),
 }
 
 impl Source {
@@ -120,6 +130,26 @@ impl Source {
             (Kind::Hmac, None) => {
                 unreachable!("config validation requires [sources.hmac] for kind hmac")
             }
+            (Kind::Paddle, _) => (
+                Verifier::Paddle(paddle::Paddle::new(secrets, tolerance)),
+                owned(paddle::KEEP_HEADERS),
+            ),
+            (Kind::Twilio, _) => (
+                Verifier::Twilio(twilio::Twilio::new(secrets, public_url(cfg))),
+                owned(twilio::KEEP_HEADERS),
+            ),
+            (Kind::Square, _) => (
+                Verifier::Square(square::Square::new(secrets, public_url(cfg))),
+                owned(square::KEEP_HEADERS),
+            ),
+            (Kind::Zoom, _) => (
+                Verifier::Zoom(zoom::Zoom::new(secrets)),
+                owned(zoom::KEEP_HEADERS),
+            ),
+            (Kind::Twitch, _) => (
+                Verifier::Twitch(twitch::Twitch::new(secrets, tolerance)),
+                owned(twitch::KEEP_HEADERS),
+            ),
         };
         Source {
             name: cfg.name.clone(),
@@ -142,6 +172,11 @@ impl Source {
             Verifier::Gitlab(v) => v.verify(req),
             Verifier::Slack(v) => v.verify(req, now),
             Verifier::Hmac(v) => v.verify(req, now),
+            Verifier::Paddle(v) => v.verify(req, now),
+            Verifier::Twilio(v) => v.verify(req),
+            Verifier::Square(v) => v.verify(req),
+            Verifier::Zoom(v) => v.verify(req),
+            Verifier::Twitch(v) => v.verify(req, now),
         }
     }
 
@@ -154,17 +189,30 @@ impl Source {
             Verifier::Gitlab(v) => v.identify(req),
             Verifier::Slack(v) => v.identify(req),
             Verifier::Hmac(v) => v.identify(req),
+            Verifier::Paddle(v) => v.identify(req),
+            Verifier::Twilio(v) => v.identify(req),
+            Verifier::Square(v) => v.identify(req),
+            Verifier::Zoom(v) => v.identify(req),
+            Verifier::Twitch(v) => v.identify(req),
         }
     }
 
-    /// Verifies and identifies a request, and if it is an event, builds the
-    /// row to store. Pure: no I/O, so it can run on any thread.
-    fn examine(&self, headers: &HeaderMap, body: Bytes, now_ms: i64) -> Result<Examined, ApiError> {
-        let req = Inbound::new(headers, &body);
-        self.verify(&req, now_ms / 1000)
+    /// Verifies (against `verify_secs`) and identifies a request, and if it
+    /// is an event, builds the row to store, received at `now_ms`. Pure: no
+    /// I/O, so it can run on any thread.
+    fn examine(
+        &self,
+        headers: &HeaderMap,
+        query: Option<&str>,
+        body: Bytes,
+        now_ms: i64,
+        verify_secs: i64,
+    ) -> Result<Examined, ApiError> {
+        let req = Inbound::new(headers, &body).with_query(query);
+        self.verify(&req, verify_secs)
             .map_err(ApiError::Unverified)?;
         let identity = match self.identify(&req).map_err(ApiError::Unidentified)? {
-            Identified::Challenge(challenge) => return Ok(Examined::Challenge(challenge)),
+            Identified::Handshake(answer) => return Ok(Examined::Handshake(answer)),
             Identified::Event(identity) => identity,
         };
         let order_key = self.order_key.iter().find_map(|p| req.json_str(p));
@@ -195,9 +243,17 @@ fn body_of<'a>(routes: &Routes, req: &'a Inbound<'_>) -> crate::route::Body<'a> 
     crate::route::Body::parsed(routes.reads_body().then(|| req.json()).flatten())
 }
 
+/// The configured `public_url`; validation requires it for the kinds that
+/// call this.
+fn public_url(cfg: &SourceConfig) -> &str {
+    cfg.public_url
+        .as_deref()
+        .expect("config validation requires public_url for kinds that sign the URL")
+}
+
 enum Examined {
     Event(NewEvent),
-    Challenge(String),
+    Handshake(Handshake),
 }
 
 /// The provider headers worth keeping, as a JSON object. Values that are not
@@ -230,6 +286,8 @@ pub struct Receiver {
     unknown: SourceMetrics,
     /// Client address, allowlists, the failure limit and the body budget.
     edge: Arc<Edge>,
+    /// What signature timestamps are checked against.
+    verify_clock: VerifyClock,
 }
 
 impl Receiver {
@@ -259,6 +317,7 @@ impl Receiver {
             pull,
             unknown: metrics.unknown_source(),
             edge,
+            verify_clock: config.verify_clock,
         }
     }
 }
@@ -267,7 +326,7 @@ impl Receiver {
 enum Answer {
     Accepted(i64),
     Duplicate(i64),
-    Challenge(String),
+    Handshake(Handshake),
 }
 
 /// `POST /hooks/{source}`: [`handle`], counted and timed.
@@ -323,7 +382,7 @@ pub async fn receive(
     match &answer {
         Ok(Answer::Accepted(_)) => metrics.accepted(took),
         Ok(Answer::Duplicate(_)) => metrics.duplicate(took),
-        Ok(Answer::Challenge(_)) => metrics.challenge(took),
+        Ok(Answer::Handshake(_)) => metrics.challenge(took),
         Err(e) => metrics.rejected(e.reason(), took),
     }
     Ok(match answer? {
@@ -337,9 +396,15 @@ pub async fn receive(
             Json(json!({ "status": "duplicate", "id": id })),
         )
             .into_response(),
-        Answer::Challenge(challenge) => {
-            (StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response()
+        Answer::Handshake(Handshake::Json(answer)) => {
+            (StatusCode::OK, Json(answer)).into_response()
         }
+        Answer::Handshake(Handshake::Text(answer)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            answer,
+        )
+            .into_response(),
     })
 }
 
@@ -359,19 +424,22 @@ async fn handle(
     let body = read_body(rx, &source, body, &mut charge).await?;
     charge.read();
     let now = clock::now_ms();
+    let verify_secs = rx.verify_clock.now_secs(now);
     let examined = if body.len() <= INLINE_VERIFY_MAX {
-        source.examine(&parts.headers, body, now)
+        source.examine(&parts.headers, parts.uri.query(), body, now, verify_secs)
     } else {
         let source = source.clone();
-        tokio::task::spawn_blocking(move || source.examine(&parts.headers, body, now))
-            .await
-            .map_err(|_| ApiError::Unavailable)?
+        tokio::task::spawn_blocking(move || {
+            source.examine(&parts.headers, parts.uri.query(), body, now, verify_secs)
+        })
+        .await
+        .map_err(|_| ApiError::Unavailable)?
     };
     let examined = examined.inspect_err(|e| {
         tracing::info!(source = %source.name, reason = e.reason(), "refused a delivery");
     })?;
     let event = match examined {
-        Examined::Challenge(challenge) => return Ok(Answer::Challenge(challenge)),
+        Examined::Handshake(answer) => return Ok(Answer::Handshake(answer)),
         Examined::Event(event) => event,
     };
     let dispatched = !event.destinations.is_empty();
