@@ -169,14 +169,33 @@ impl TestApp {
         sources: &str,
         server_extra: &str,
     ) -> TestApp {
-        if std::env::var_os("TEST_LOG").is_some() {
-            hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
-        }
         let text = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
             db_path.display().to_string()
         );
         let config = config::from_toml(&text, "test".into()).unwrap();
+        Self::spawn_config(dir, db_path, config).await
+    }
+
+    /// Starts hookbox with `sources`, checking signature timestamps against
+    /// `now_secs` instead of the system clock: for committed vectors that a
+    /// provider's SDK signed at a fixed time.
+    pub async fn spawn_verifying_at(sources: &str, now_secs: i64) -> TestApp {
+        let dir = tempfile::tempdir().unwrap();
+        let db_path = dir.path().join("hookbox.db");
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
+            db_path.display().to_string()
+        );
+        let mut config = config::from_toml(&text, "test".into()).unwrap();
+        config.verify_clock = hookbox::clock::VerifyClock::Fixed(now_secs);
+        Self::spawn_config(dir, db_path, config).await
+    }
+
+    async fn spawn_config(dir: TempDir, db_path: PathBuf, config: config::Config) -> TestApp {
+        if std::env::var_os("TEST_LOG").is_some() {
+            hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
+        }
         let app = App::build(config).await.unwrap();
         let addr = app.public_addr();
         let admin_addr = app.admin_addr();

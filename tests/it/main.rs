@@ -40,3 +40,4 @@ mod systemd;
 mod tls;
 mod upgrade;
 mod uploads;
+mod vectors_a;
