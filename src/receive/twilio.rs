@@ -245,7 +245,8 @@ fn unescape(raw: &[u8], decode: Decode) -> Option<String> {
     }
 }
 
-/// The URLs twilio-node's `validateRequest` tries, in its order.
+/// The URLs twilio-node's `validateRequest` tries; all are tried, so order
+/// does not matter.
 fn candidate_urls(url: &str) -> Vec<String> {
     let mut out = vec![remove_port(url), add_port(url)];
     if let Ok(parsed) = url::Url::parse(url) {
@@ -332,7 +333,7 @@ fn legacy_querystring(url: &str) -> String {
     let Some(start) = url.find('?').filter(|&q| q + 1 < url.len()) else {
         return url.to_owned();
     };
-    let pairs = form_pairs(url[start + 1..].as_bytes(), Decode::Lenient).unwrap_or_default();
+    let pairs = form_pairs(&url.as_bytes()[start + 1..], Decode::Lenient).unwrap_or_default();
     let mut keys: Vec<(String, Vec<String>)> = Vec::new();
     for (k, v) in pairs {
         match keys.iter_mut().find(|(name, _)| *name == k) {
