@@ -405,6 +405,7 @@ pub async fn receive(
             answer,
         )
             .into_response(),
+        Answer::Handshake(Handshake::NoContent) => StatusCode::NO_CONTENT.into_response(),
     })
 }
 

@@ -65,7 +65,8 @@ pub struct Identity {
 pub enum Identified {
     /// An event to store.
     Event(Identity),
-    /// A handshake to answer with 200 and not store.
+    /// A handshake to answer (200, or 204 for [`Handshake::NoContent`])
+    /// and not store.
     Handshake(Handshake),
 }
 
@@ -78,6 +79,9 @@ pub enum Handshake {
     Json(Value),
     /// A `text/plain` body: Twitch wants the bare challenge string.
     Text(String),
+    /// `204 No Content`: what Discord expects for the PING of its webhook
+    /// events (its interactions PING wants `Json({"type": 1})` instead).
+    NoContent,
 }
 
 /// A verified request that cannot be stored: the provider sent something
