@@ -164,6 +164,22 @@ function twilioVectors() {
     headers: { "x-twilio-webhooks-signature-settings": "key=webhooks_sharedkey_1,algorithm=HMAC_SHA256", "i-twilio-idempotency-token": `${idem}-s` },
     expect: ok(`${idem}-s`, "delivered"),
   });
+  // Twilio's back end does not always sign the URL byte for byte as it
+  // calls it; the SDK also tries the WHATWG-normalised URL and Node's
+  // legacy querystring re-encoding of it. Both cases are signed by the
+  // SDK's signer over the other spelling and must pass the SDK's verifier.
+  formCase("valid, signed over the normalised query (' as %27)", {
+    query: "note=it's",
+    signUrl: `${publicUrl}?note=it%27s`,
+    headers: { "i-twilio-idempotency-token": `${idem}-n` },
+    expect: ok(`${idem}-n`, "delivered"),
+  });
+  formCase("valid, signed over the legacy querystring form (%27 as ')", {
+    query: "note=it%27s&2=b&1=a",
+    signUrl: `${publicUrl}?1=a&2=b&note=it's`,
+    headers: { "i-twilio-idempotency-token": `${idem}-l` },
+    expect: ok(`${idem}-l`, "delivered"),
+  });
   formCase("tampered parameter", { body: formBody.replace("delivered", "failed"), sigOverride: sig(token, publicUrl, paramsOf(formBody)), expect: refused("invalid_signature") });
   formCase("added parameter", { body: `${formBody}&Extra=1`, sigOverride: sig(token, publicUrl, paramsOf(formBody)), expect: refused("invalid_signature") });
   formCase("wrong auth token", { key: "00000000000000000000000000000000", expect: refused("invalid_signature") });
