@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
@@ -25,6 +26,7 @@ use crate::activation::{self, Inherited};
 use crate::admin::{self, AdminState};
 use crate::catchup::CatchupHandle;
 use crate::config::{Config, Secret};
+use crate::dispatch::board::{self, Board};
 use crate::dispatch::worker::Dispatcher;
 use crate::edge::Edge;
 use crate::edge::sets::Refresher;
@@ -195,13 +197,17 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
     } = parts;
     let acceptor = tls.as_ref().map(TlsManager::acceptor).transpose()?;
     let wake = Arc::new(Notify::new());
-    let breakers = Arc::new(crate::dispatch::breaker::Board::default());
+    let pauses = store
+        .read(crate::store::pauses::load)
+        .await
+        .context("reading the destinations' pauses")?;
+    let board = Arc::new(Board::restored(&pauses));
     let dispatcher = Dispatcher::new(
         &config,
         store.clone(),
         writer.clone(),
         wake.clone(),
-        breakers.clone(),
+        board.clone(),
         &metrics,
     )?;
     // The admin API may keep a clone of `catchup` to run a pass on demand.
@@ -233,8 +239,17 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         store.clone(),
         writer.clone(),
         edge.clone(),
+        board.clone(),
         shutdown.clone(),
     ));
+    let watch = board::watch(
+        board.clone(),
+        store.clone(),
+        wake.clone(),
+        pull.clone(),
+        shutdown.clone(),
+    );
+    tasks.push(("the pause watcher", supervise(&shutdown, watch)));
     let public_router = public_router(
         &config,
         writer.clone(),
@@ -251,7 +266,7 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         writer: writer.clone(),
         dispatch: wake,
         pull: pull.clone(),
-        breakers,
+        board,
         metrics,
         catchup,
     };
@@ -343,7 +358,10 @@ fn public_router(
         edge,
     );
     Router::new()
-        .route("/hooks/{source}", post(crate::receive::receive))
+        .route(
+            "/hooks/{source}",
+            post(crate::receive::receive).get(crate::receive::handshake),
+        )
         .with_state(receiver)
         .merge(crate::pull::public_routes(pull))
         .merge(health_routes(writer))

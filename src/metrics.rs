@@ -37,7 +37,7 @@ fn latency_histogram() -> Histogram {
 
 /// `hookbox_received_total` labels: `reason` only on rejections.
 /// Outcomes: `accepted`, `duplicate`, `challenge` (a provider's handshake:
-/// Slack, Zoom, Twitch) and `rejected`.
+/// Slack, Discord, Meta, Zoom, Twitch) and `rejected`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct ReceivedLabels {
     source: Arc<str>,
@@ -338,7 +338,7 @@ impl SourceMetrics {
         self.latency.observe(took.as_secs_f64());
     }
 
-    /// A handshake answered (Slack, Zoom, Twitch); nothing stored.
+    /// A handshake answered (Slack, Discord, Meta, Zoom, Twitch); nothing stored.
     pub fn challenge(&self, took: Duration) {
         self.challenge.inc();
         self.latency.observe(took.as_secs_f64());

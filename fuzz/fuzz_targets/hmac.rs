@@ -60,6 +60,7 @@ fuzz_target!(|data: &[u8]| {
             stripe_backfill: None,
             allow_ips: Vec::new(),
             public_url: None,
+            verify_token: None,
         }],
         ..RawConfig::default()
     };

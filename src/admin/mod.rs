@@ -14,6 +14,7 @@
 //! Errors are [`ApiError`]s: `{"error": reason, "detail": ...}`.
 
 pub mod dashboard;
+pub mod destinations;
 pub mod events;
 pub mod metrics;
 pub mod stats;
@@ -55,7 +56,7 @@ pub struct AdminState {
     /// Wakes pull long-polls after a replay.
     pub pull: Arc<crate::pull::PullHub>,
     /// Each destination's circuit breaker, as the dispatcher last set it.
-    pub breakers: Arc<crate::dispatch::breaker::Board>,
+    pub board: Arc<crate::dispatch::board::Board>,
     pub metrics: Arc<Metrics>,
     /// Runs a source's catch-up pass on demand.
     pub catchup: CatchupHandle,
@@ -99,6 +100,14 @@ pub fn router(state: AdminState, token: &Secret) -> Router {
         .route("/api/events/{id}/replay", post(events::replay_one))
         .route("/api/replay", post(events::replay_many))
         .route("/api/stats", get(stats::stats))
+        .route(
+            "/api/destinations/{source}/{name}/pause",
+            post(destinations::pause),
+        )
+        .route(
+            "/api/destinations/{source}/{name}/resume",
+            post(destinations::resume),
+        )
         .route("/api/catch-up", get(stats::catch_up_runs))
         .route("/api/sources/{name}/catch-up", post(stats::start_catch_up))
         .route("/metrics", get(metrics::metrics))

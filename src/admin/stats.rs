@@ -68,7 +68,7 @@ pub async fn stats(State(st): State<AdminState>) -> Result<Json<Value>, ApiError
         let name = source["source"].as_str().unwrap_or_default().to_owned();
         if let Some(destinations) = source["destinations"].as_object_mut() {
             for (destination, d) in destinations.iter_mut() {
-                d["breaker"] = st.breakers.get(&name, destination).to_json(now);
+                d["status"] = st.board.get(&name, destination).to_json(now);
             }
         }
     }

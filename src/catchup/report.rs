@@ -7,6 +7,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::Job;
+use crate::clock::format_ms;
 
 /// A provider said "slow down": the pass stops and the next one resumes.
 #[derive(Debug, thiserror::Error)]
@@ -170,9 +171,4 @@ impl fmt::Display for RunReport {
             Some(e) => writeln!(f, "result: stopped: {e}"),
         }
     }
-}
-
-fn format_ms(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
 }

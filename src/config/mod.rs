@@ -137,6 +137,11 @@ pub enum Kind {
     Gitlab,
     Slack,
     Hmac,
+    Linear,
+    Discord,
+    Sendgrid,
+    Mailgun,
+    Meta,
     Paddle,
     Twilio,
     Square,
@@ -154,6 +159,11 @@ impl Kind {
             Kind::Gitlab => "gitlab",
             Kind::Slack => "slack",
             Kind::Hmac => "hmac",
+            Kind::Linear => "linear",
+            Kind::Discord => "discord",
+            Kind::Sendgrid => "sendgrid",
+            Kind::Mailgun => "mailgun",
+            Kind::Meta => "meta",
             Kind::Paddle => "paddle",
             Kind::Twilio => "twilio",
             Kind::Square => "square",
@@ -164,10 +174,12 @@ impl Kind {
 
     /// The window a timestamped kind allows when `tolerance` is not set:
     /// the provider's own where it documents one (Paddle's SDKs allow 5 s,
-    /// Twitch says to refuse messages older than 10 minutes), else 5 min.
+    /// Linear's 60 s, Twitch says to refuse messages older than 10
+    /// minutes), else 5 min.
     pub fn default_tolerance(self) -> Duration {
         match self {
             Kind::Paddle => Duration::from_secs(5),
+            Kind::Linear => Duration::from_secs(60),
             Kind::Twitch => Duration::from_secs(600),
             _ => Duration::from_secs(300),
         }
@@ -225,6 +237,10 @@ pub struct RawSource {
     /// is appended as received).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
+    /// Only for `kind = "meta"`: the secret reference Meta's subscription
+    /// handshake (`GET ?hub.verify_token=`) must present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_token: Option<String>,
 }
 
 impl fmt::Debug for RawSource {
@@ -244,6 +260,10 @@ impl fmt::Debug for RawSource {
             .field("stripe_backfill", &self.stripe_backfill)
             .field("allow_ips", &self.allow_ips)
             .field("public_url", &self.public_url)
+            .field(
+                "verify_token",
+                &self.verify_token.as_deref().map(secret::describe),
+            )
             .finish()
     }
 }
@@ -318,9 +338,6 @@ pub struct Config {
     pub disabled_defaults: Vec<(String, String)>,
     /// The input, for `hookbox check` to print redacted.
     pub raw: RawConfig,
-    /// What signature timestamps are checked against: the system clock,
-    /// except in tests (see [`crate::clock::VerifyClock`]).
-    pub verify_clock: crate::clock::VerifyClock,
 }
 
 #[derive(Debug, Clone)]
@@ -342,6 +359,8 @@ pub struct SourceConfig {
     /// The URL the provider signs, for the kinds that sign it; checked
     /// to be an absolute `http(s)` URL without query or fragment.
     pub public_url: Option<String>,
+    /// Meta's handshake token (kind `meta` only, required there).
+    pub verify_token: Option<Secret>,
 }
 
 #[derive(Debug, Clone)]
@@ -418,7 +437,10 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
         raw.server.tls = None;
         for source in &mut raw.sources {
             for secret in &mut source.secrets {
-                *secret = PLACEHOLDER_SECRET.to_owned();
+                *secret = placeholder_secret(source.kind).to_owned();
+            }
+            if source.verify_token.is_some() {
+                source.verify_token = Some(PLACEHOLDER_SECRET.to_owned());
             }
             for deliver in source.deliver.iter_mut() {
                 if deliver.signing_secret.is_some() {
@@ -430,6 +452,16 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
         }
         raw
     })
+}
+
+/// [`PLACEHOLDER_SECRET`], or for the kinds whose secrets are public keys
+/// a key of the right shape (from the vectors in `tests/vectors/`).
+fn placeholder_secret(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Discord => crate::receive::discord::PLACEHOLDER_KEY,
+        Kind::Sendgrid => crate::receive::sendgrid::PLACEHOLDER_KEY,
+        _ => PLACEHOLDER_SECRET,
+    }
 }
 
 fn load_with(
@@ -547,6 +579,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 stripe_backfill: None,
                 allow_ips: Vec::new(),
                 public_url: None,
+                verify_token: None,
             });
         } else {
             disabled.push((name, var.to_owned()));
@@ -603,7 +636,6 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
             origin,
             disabled_defaults: Vec::new(),
             raw,
-            verify_clock: crate::clock::VerifyClock::System,
         })
     } else {
         Err(ConfigError { origin, problems })
@@ -641,6 +673,8 @@ fn validate_source(
             }
         }
     }
+    check_public_keys(src.kind, &secrets, at, problems);
+    let verify_token = validate_verify_token(src, at, problems);
     let tolerance = src.tolerance.unwrap_or(src.kind.default_tolerance());
     limits::TOLERANCE.check(at, tolerance, problems);
     validate_public_url(src, at, problems);
@@ -703,6 +737,7 @@ fn validate_source(
         stripe_backfill,
         allow_ips,
         public_url: src.public_url.clone(),
+        verify_token,
     })
 }
 
@@ -742,6 +777,49 @@ fn validate_public_url(src: &RawSource, at: &str, problems: &mut Vec<String>) {
              appended as received"
         )),
         Ok(_) => {}
+    }
+}
+
+/// Discord and SendGrid take public keys in `secrets`: each must decode
+/// now, not at the first delivery.
+fn check_public_keys(kind: Kind, secrets: &[Secret], at: &str, problems: &mut Vec<String>) {
+    let check: fn(&Secret) -> Result<(), String> = match kind {
+        Kind::Discord => |s| crate::receive::discord::parse_public_key(s).map(drop),
+        Kind::Sendgrid => |s| crate::receive::sendgrid::parse_public_key(s).map(drop),
+        _ => return,
+    };
+    for (j, s) in secrets.iter().enumerate() {
+        if let Err(why) = check(s) {
+            problems.push(format!("{at}.secrets[{j}]: {why}"));
+        }
+    }
+}
+
+/// `verify_token`: required for kind `meta`, refused elsewhere.
+fn validate_verify_token(src: &RawSource, at: &str, problems: &mut Vec<String>) -> Option<Secret> {
+    match (&src.verify_token, src.kind) {
+        (Some(reference), Kind::Meta) => match secret::resolve(reference) {
+            Ok(token) => Some(token),
+            Err(why) => {
+                problems.push(format!(
+                    "{at}.verify_token ({}): {why}",
+                    secret::describe(reference)
+                ));
+                None
+            }
+        },
+        (None, Kind::Meta) => {
+            problems.push(format!(
+                "{at}.verify_token: kind \"meta\" needs the token you type into Meta's \
+                 webhook settings, which its subscription handshake sends back"
+            ));
+            None
+        }
+        (Some(_), _) => {
+            problems.push(format!("{at}.verify_token: only for kind \"meta\""));
+            None
+        }
+        (None, _) => None,
     }
 }
 
@@ -894,6 +972,7 @@ impl Config {
                     .chain(redelivery.and_then(|g| g.token.as_deref()))
                     .chain(redelivery.and_then(|g| g.private_key.as_deref()))
                     .chain(s.stripe_backfill.as_ref().map(|b| b.api_key.as_str()))
+                    .chain(s.verify_token.as_deref())
             })
             .chain(raw.admin.token.as_deref());
         let mut names: Vec<String> = references
@@ -923,6 +1002,9 @@ impl Config {
             }
             if let Some(s) = &mut src.stripe_backfill {
                 catchup::redact_stripe(s);
+            }
+            if let Some(token) = &mut src.verify_token {
+                *token = secret::describe(token);
             }
         }
         toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))

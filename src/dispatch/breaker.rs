@@ -14,8 +14,6 @@
 //! delivery's `max_attempts`: a pause must never push deliveries toward
 //! `dead`.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The longest time between two probes.
@@ -179,6 +177,16 @@ impl Breaker {
         }
     }
 
+    /// Paused as the last run left it (`crate::store::pauses`): the next
+    /// probe at `next_probe`, and the interval starting over.
+    pub fn restore(&mut self, next_probe: Instant) {
+        self.paused = Some(Paused {
+            next_probe,
+            every: (self.first_probe * 2).min(MAX_PROBE),
+            probing: false,
+        });
+    }
+
     fn pause(&mut self, now: Instant, wait: Duration, then: Duration) -> Change {
         self.paused = Some(Paused {
             next_probe: now + wait,
@@ -195,62 +203,6 @@ impl Breaker {
         } else {
             Change::None
         }
-    }
-}
-
-/// One destination's breaker as the admin API shows it, in unix ms.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Status {
-    pub paused_since: Option<i64>,
-    pub next_probe_at: Option<i64>,
-    pub held_until: Option<i64>,
-}
-
-impl Status {
-    /// `open`, `paused` or `held` at `now`, with its times.
-    pub fn to_json(self, now: i64) -> serde_json::Value {
-        let held = self.held_until.filter(|t| *t > now);
-        let state = match (self.paused_since, held) {
-            (Some(_), _) => "paused",
-            (None, Some(_)) => "held",
-            (None, None) => "open",
-        };
-        serde_json::json!({
-            "state": state,
-            "paused_since": self.paused_since,
-            "next_probe_at": self.next_probe_at,
-            "held_until": held,
-        })
-    }
-}
-
-/// Every destination's [`Status`], written by the dispatcher as its
-/// breakers change and read by the admin API.
-#[derive(Debug, Default)]
-pub struct Board(Mutex<HashMap<(String, String), Status>>);
-
-impl Board {
-    pub fn set(&self, source: &str, destination: &str, status: Status) {
-        let mut map = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if status == Status::default() {
-            map.remove(&(source.to_owned(), destination.to_owned()));
-        } else {
-            map.insert((source.to_owned(), destination.to_owned()), status);
-        }
-    }
-
-    /// `open` for a destination never paused or held.
-    pub fn get(&self, source: &str, destination: &str) -> Status {
-        let map = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(&(source.to_owned(), destination.to_owned()))
-            .copied()
-            .unwrap_or_default()
     }
 }
 

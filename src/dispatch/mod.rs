@@ -14,6 +14,7 @@
 
 pub mod argv;
 pub mod backoff;
+pub mod board;
 pub mod breaker;
 pub mod command;
 pub mod replay;

@@ -42,13 +42,15 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::breaker::{Board, Breaker, Change, May, Status, Verdict};
+use super::board::{Board, Status};
+use super::breaker::{Breaker, Change, May, Verdict};
 use super::{Attempt, Deliverer, Job, Outcome, backoff};
 use crate::clock;
 use crate::config::{Config, DeliverConfig};
 use crate::metrics::{AttemptOutcome, LaneMetrics, Metrics};
 use crate::store::command::Claims;
 use crate::store::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease, Settled};
+use crate::store::pauses::{Cause, Pause, PauseOp};
 use crate::store::{Store, StoreError, WriterHandle};
 
 /// With nothing pending, look again this often anyway.
@@ -92,6 +94,8 @@ struct Lane {
     probe_asked: bool,
     /// The queued delivery is the probe a paused lane may start.
     probe_queued: bool,
+    /// Paused by hand: nothing is claimed or started, not even a probe.
+    manual: bool,
 }
 
 impl Lane {
@@ -113,8 +117,14 @@ pub struct Dispatcher {
     writer: WriterHandle,
     lanes: Vec<Lane>,
     wake: Arc<Notify>,
-    /// Where the admin API reads each lane's breaker.
+    /// Where the admin API reads each lane's breaker, and where pauses by
+    /// hand come from.
     board: Arc<Board>,
+    /// The board's generation the lanes' `manual` were last synced at.
+    seen_manual: u64,
+    /// Breaker pauses on their way to the store, in order.
+    persist: tokio::sync::mpsc::UnboundedSender<PauseOp>,
+    persisted: Option<tokio::sync::mpsc::UnboundedReceiver<PauseOp>>,
     lease: Duration,
 }
 
@@ -152,7 +162,7 @@ impl Dispatcher {
     ) -> anyhow::Result<Option<Self>> {
         let client = super::url::client().context("building the HTTP client for deliveries")?;
         let withheld: Arc<[String]> = config.secret_env().into();
-        let lanes: Vec<Lane> = config
+        let mut lanes: Vec<Lane> = config
             .sources
             .iter()
             .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
@@ -168,9 +178,24 @@ impl Dispatcher {
                     breaker: Breaker::new(cfg.breaker_failures, cfg.breaker_probe),
                     probe_asked: false,
                     probe_queued: false,
+                    manual: false,
                 })
             })
             .collect();
+        // Paused as the last run left them: by hand, or by a breaker whose
+        // probe goes when it was due (at once if that is past).
+        let (now, wall) = (Instant::now(), clock::now_ms());
+        for lane in &mut lanes {
+            let status = board.get(&lane.source, &lane.config.name);
+            lane.manual = status.manual_since.is_some();
+            if status.paused_since.is_some() {
+                let wait = status.next_probe_at.unwrap_or(wall).saturating_sub(wall);
+                let wait = Duration::from_millis(u64::try_from(wait).unwrap_or(0));
+                lane.breaker.restore(now + wait);
+            }
+            lane.metrics.paused(lane.manual || lane.breaker.is_paused());
+        }
+        let (persist, persisted) = tokio::sync::mpsc::unbounded_channel();
         // A lease covers one attempt; renewals cover the wait in the queue
         // before it. Leases only matter within one run: the next start
         // clears them.
@@ -180,7 +205,10 @@ impl Dispatcher {
             writer,
             lanes,
             wake,
+            seen_manual: board.generation(),
             board,
+            persist,
+            persisted: Some(persisted),
             lease: wait.saturating_add(LEASE_MARGIN),
         }))
     }
@@ -198,7 +226,11 @@ impl Dispatcher {
         let mut last_claim_at = i64::MIN;
         // When the last claim went, by the monotonic clock.
         let mut last_claim = Instant::now();
+        if let Some(rx) = self.persisted.take() {
+            tokio::spawn(persist(self.writer.clone(), rx));
+        }
         loop {
+            self.sync_manual();
             self.start_queued(&mut tasks, &mut running);
             let now = clock::now_ms();
             let mut wanted = self.wanted();
@@ -319,6 +351,7 @@ impl Dispatcher {
         self.lanes
             .iter()
             .enumerate()
+            .filter(|(_, l)| !l.manual)
             .filter_map(|(i, l)| match l.breaker.may(now) {
                 May::Claim => (l.queued.len() <= l.config.concurrency * PREFETCH / 2
                     && l.room() > 0)
@@ -366,6 +399,7 @@ impl Dispatcher {
                 clock::now_ms().saturating_add(ahead)
             };
             let status = Status {
+                manual_since: None,
                 paused_since: lane
                     .breaker
                     .is_paused()
@@ -374,6 +408,23 @@ impl Dispatcher {
                 held_until: lane.breaker.held_until().filter(|t| *t > now).map(wall),
             };
             self.board.set(&source, &destination, status);
+            let op = match status.paused_since {
+                Some(since) => PauseOp::Set(Pause {
+                    source: source.clone(),
+                    destination: destination.clone(),
+                    cause: Cause::Breaker,
+                    since,
+                    next_probe_at: status.next_probe_at,
+                }),
+                None => PauseOp::Lift {
+                    source: source.clone(),
+                    destination: destination.clone(),
+                    cause: Cause::Breaker,
+                },
+            };
+            // Nobody waits for it: lost in a crash, the pause is learned
+            // again by the next failures, or closed by the next probe.
+            drop(self.persist.send(op));
         }
         let lane = &mut self.lanes[i];
         match change {
@@ -392,17 +443,64 @@ impl Dispatcher {
             Change::Closed => {
                 tracing::info!(%source, %destination,
                     "destination back: a probe succeeded; its backlog is due now");
-                lane.metrics.paused(false);
-                // Claim again once the backlog is due, not before: a claim
-                // made first would find it all scheduled ahead.
-                let (writer, wake) = (self.writer.clone(), self.wake.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = writer.make_due(source, destination, clock::now_ms()).await {
-                        tracing::warn!(error = %e, "cannot make a resumed destination's backlog due; it goes as scheduled");
-                    }
-                    wake.notify_one();
-                });
+                lane.metrics.paused(lane.manual);
+                if !lane.manual {
+                    self.flush(source, destination);
+                }
             }
+        }
+    }
+
+    /// Makes a destination's backlog due at once, then claims: the
+    /// destination is back, its deliveries must not wait out backoffs
+    /// that only the outage earned. Claiming first would find it all
+    /// scheduled ahead.
+    fn flush(&self, source: String, destination: String) {
+        let (writer, wake) = (self.writer.clone(), self.wake.clone());
+        tokio::spawn(async move {
+            if let Err(e) = writer.make_due(source, destination, clock::now_ms()).await {
+                tracing::warn!(error = %e, "cannot make a resumed destination's backlog due; it goes as scheduled");
+            }
+            wake.notify_one();
+        });
+    }
+
+    /// Brings the lanes in step with the pauses by hand on the board: a
+    /// pause gives back what the lane holds queued; a resume flushes its
+    /// backlog, unless its breaker still holds it paused.
+    fn sync_manual(&mut self) {
+        let generation = self.board.generation();
+        if generation == self.seen_manual {
+            return;
+        }
+        self.seen_manual = generation;
+        let mut give_back = Vec::new();
+        let mut flush = Vec::new();
+        let now = Instant::now();
+        for lane in &mut self.lanes {
+            let (source, destination) = (&lane.source, &lane.config.name);
+            let manual = self.board.manual_since(source, destination).is_some();
+            if manual == lane.manual {
+                continue;
+            }
+            lane.manual = manual;
+            lane.metrics.paused(manual || lane.breaker.is_paused());
+            if manual {
+                tracing::info!(%source, %destination, "destination paused by hand; its deliveries wait, none is lost");
+                if std::mem::take(&mut lane.probe_queued) {
+                    lane.breaker.probe_empty(now);
+                }
+                give_back.extend(lane.queued.drain(..).map(|c| c.lease()));
+            } else {
+                tracing::info!(%source, %destination, "destination resumed by hand");
+                if !lane.breaker.is_paused() {
+                    flush.push((source.clone(), destination.clone()));
+                }
+            }
+        }
+        self.give_back(give_back);
+        for (source, destination) in flush {
+            self.flush(source, destination);
         }
     }
 
@@ -417,6 +515,11 @@ impl Dispatcher {
                     let Some(lane) = self.lanes.get_mut(job.lane) else {
                         continue;
                     };
+                    if lane.manual {
+                        // Paused by hand while the claim was on its way.
+                        give_back.push(job.lease());
+                        continue;
+                    }
                     if lane.probe_asked {
                         lane.probe_asked = false;
                         lane.probe_queued = true;
@@ -468,7 +571,7 @@ impl Dispatcher {
             return None;
         }
         let probe = lane.breaker.is_paused();
-        if lane.breaker.is_held(Instant::now()) || (probe && !lane.probe_queued) {
+        if lane.manual || lane.breaker.is_held(Instant::now()) || (probe && !lane.probe_queued) {
             return None;
         }
         if let Some(spacing) = lane.config.rate {
@@ -637,6 +740,17 @@ async fn run(
                 tracing::warn!(error = %e, "cannot give the claim back; its lease runs out");
             }
             None
+        }
+    }
+}
+
+/// Writes the breakers' pauses to the store in the order they happened, so
+/// a restart goes on probing instead of sending a backlog at a service
+/// that is still down.
+async fn persist(writer: WriterHandle, mut ops: tokio::sync::mpsc::UnboundedReceiver<PauseOp>) {
+    while let Some(op) = ops.recv().await {
+        if let Err(e) = writer.pause(op).await {
+            tracing::warn!(error = %e, "cannot keep a destination's pause; after a restart its breaker learns it again");
         }
     }
 }

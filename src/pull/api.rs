@@ -273,46 +273,71 @@ async fn take_deliveries(
         let notified = lane.wake.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let now = clock::now_ms();
-        let from = ClaimFrom {
-            lane: 0,
-            source: lane.source.clone(),
-            destination: lane.destination.clone(),
-            limit: take.max,
-            max_delay_ms: i64::try_from(lane.backoff_cap.as_millis()).unwrap_or(i64::MAX),
-            ahead: false,
+        // What this take may hand out now: nothing while the destination
+        // is paused by hand, what the rate spares otherwise.
+        let paused = hub
+            .board
+            .manual_since(&lane.source, &lane.destination)
+            .is_some();
+        let allowed = match &lane.rate {
+            _ if paused => Err(None),
+            None => Ok(take.max),
+            Some(bucket) => bucket.take(take.max, Instant::now()).map_err(Some),
         };
-        let claims = hub
-            .writer
-            .claim(
-                vec![from],
-                now,
-                now.saturating_add(timeout_ms),
-                false,
-                Vec::new(),
-            )
-            .await
-            .map_err(unavailable)?;
-        if !claims.jobs.is_empty() {
-            return answer(hub, lane, claims.jobs).await;
-        }
+        // When to look again without being woken.
+        let look_again = match allowed {
+            Ok(limit) => {
+                let claims = claim(hub, lane, limit, timeout_ms).await;
+                let handed = claims.as_ref().map_or(0, |c| c.jobs.len());
+                if let Some(bucket) = &lane.rate {
+                    bucket.give_back(limit - handed);
+                }
+                let claims = claims.map_err(unavailable)?;
+                if !claims.jobs.is_empty() {
+                    return answer(hub, lane, claims.jobs).await;
+                }
+                claims.next_due.map(|due| {
+                    let ms = u64::try_from(due.saturating_sub(clock::now_ms())).unwrap_or(0);
+                    Instant::now() + Duration::from_millis(ms)
+                })
+            }
+            Err(next_token) => next_token,
+        };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Ok(Json(json!({ "events": [] })));
         }
-        let sleep = match claims.next_due {
-            Some(due) => Duration::from_millis(
-                u64::try_from(due.saturating_sub(clock::now_ms())).unwrap_or(0),
-            )
-            .min(left),
-            None => left,
-        };
+        let sleep = look_again.map_or(left, |at| {
+            at.saturating_duration_since(Instant::now()).min(left)
+        });
         tokio::select! {
             () = &mut notified => {}
             () = tokio::time::sleep(sleep) => {}
             () = hub.shutdown.cancelled() => return Ok(Json(json!({ "events": [] }))),
         }
     }
+}
+
+/// Leases up to `limit` due deliveries of `lane` for `timeout_ms`.
+async fn claim(
+    hub: &PullHub,
+    lane: &PullLane,
+    limit: usize,
+    timeout_ms: i64,
+) -> Result<crate::store::command::Claims, StoreError> {
+    let now = clock::now_ms();
+    let from = ClaimFrom {
+        lane: 0,
+        source: lane.source.clone(),
+        destination: lane.destination.clone(),
+        limit,
+        max_delay_ms: i64::try_from(lane.backoff_cap.as_millis()).unwrap_or(i64::MAX),
+        ahead: false,
+    };
+    let lease_until = now.saturating_add(timeout_ms);
+    hub.writer
+        .claim(vec![from], now, lease_until, false, Vec::new())
+        .await
 }
 
 /// Reads the claimed deliveries' bodies and answers as many as fit in the

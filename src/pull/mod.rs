@@ -22,6 +22,7 @@
 //! in 429), and [`PullHub`]'s bound on long-polls per address.
 
 mod api;
+mod rate;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -33,6 +34,7 @@ use subtle::ConstantTimeEq as _;
 use tokio::sync::Notify;
 
 use crate::config::{Config, Destination};
+use crate::dispatch::board::Board;
 use crate::edge::Edge;
 use crate::store::{Store, WriterHandle};
 
@@ -51,6 +53,8 @@ pub struct PullLane {
     backoff_base: Duration,
     backoff_cap: Duration,
     max_bytes: u64,
+    /// `rate`: how fast takes may hand out deliveries.
+    rate: Option<rate::Bucket>,
     /// Woken when the lane may have a delivery to hand out.
     wake: Notify,
 }
@@ -71,6 +75,9 @@ pub struct PullHub {
     writer: WriterHandle,
     store: Store,
     edge: Arc<Edge>,
+    /// Where pauses by hand are: a paused pull destination hands out
+    /// nothing.
+    board: Arc<Board>,
     /// Long-polls waiting, per client address.
     waiting: Mutex<HashMap<IpAddr, u32>>,
     max_waiting: u32,
@@ -85,6 +92,7 @@ impl PullHub {
         store: Store,
         writer: WriterHandle,
         edge: Arc<Edge>,
+        board: Arc<Board>,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Self {
         let mut lanes = HashMap::new();
@@ -103,6 +111,7 @@ impl PullHub {
                     backoff_base: d.backoff_base,
                     backoff_cap: d.backoff_cap,
                     max_bytes: *max_bytes,
+                    rate: d.rate.map(rate::Bucket::new),
                     wake: Notify::new(),
                 });
                 by_source
@@ -118,6 +127,7 @@ impl PullHub {
             writer,
             store,
             edge,
+            board,
             waiting: Mutex::new(HashMap::new()),
             max_waiting: config.edge.max_client_long_polls,
             shutdown,

@@ -12,11 +12,16 @@
 //! client's failure limit. Provider specifics live one file per kind; this
 //! module only chooses among them.
 
+pub mod discord;
 pub mod github;
 pub mod gitlab;
 pub mod hmac;
+pub mod linear;
+pub mod mailgun;
+pub mod meta;
 pub mod paddle;
 pub mod payload;
+pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
 pub mod square;
@@ -43,7 +48,7 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::clock::{self, VerifyClock};
+use crate::clock;
 use crate::config::{AllowIps, Config, Kind, SourceConfig};
 use crate::edge::Edge;
 use crate::edge::bodies::Charge;
@@ -83,6 +88,11 @@ enum Verifier {
     Gitlab(gitlab::Gitlab),
     Slack(slack::Slack),
     Hmac(hmac::Hmac),
+    Linear(linear::Linear),
+    Discord(discord::Discord),
+    Sendgrid(sendgrid::Sendgrid),
+    Mailgun(mailgun::Mailgun),
+    Meta(meta::Meta),
     Paddle(paddle::Paddle),
     Twilio(twilio::Twilio),
     Square(square::Square),
@@ -130,6 +140,26 @@ impl Source {
             (Kind::Hmac, None) => {
                 unreachable!("config validation requires [sources.hmac] for kind hmac")
             }
+            (Kind::Linear, _) => (
+                Verifier::Linear(linear::Linear::new(secrets, tolerance)),
+                owned(linear::KEEP_HEADERS),
+            ),
+            (Kind::Discord, _) => (
+                Verifier::Discord(discord::Discord::new(secrets, tolerance)),
+                owned(discord::KEEP_HEADERS),
+            ),
+            (Kind::Sendgrid, _) => (
+                Verifier::Sendgrid(sendgrid::Sendgrid::new(secrets)),
+                owned(sendgrid::KEEP_HEADERS),
+            ),
+            (Kind::Mailgun, _) => (
+                Verifier::Mailgun(mailgun::Mailgun::new(secrets)),
+                owned(mailgun::KEEP_HEADERS),
+            ),
+            (Kind::Meta, _) => (
+                Verifier::Meta(meta::Meta::new(secrets, cfg.verify_token.clone())),
+                owned(meta::KEEP_HEADERS),
+            ),
             (Kind::Paddle, _) => (
                 Verifier::Paddle(paddle::Paddle::new(secrets, tolerance)),
                 owned(paddle::KEEP_HEADERS),
@@ -163,7 +193,8 @@ impl Source {
         }
     }
 
-    fn verify(&self, req: &Inbound, now: i64) -> Result<(), VerifyError> {
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        let now = now_ms / 1000;
         match &self.verifier {
             Verifier::Github(v) => v.verify(req),
             Verifier::Stripe(v) => v.verify(req, now),
@@ -172,6 +203,12 @@ impl Source {
             Verifier::Gitlab(v) => v.verify(req),
             Verifier::Slack(v) => v.verify(req, now),
             Verifier::Hmac(v) => v.verify(req, now),
+            // Linear's timestamp is in milliseconds.
+            Verifier::Linear(v) => v.verify(req, now_ms),
+            Verifier::Discord(v) => v.verify(req, now),
+            Verifier::Sendgrid(v) => v.verify(req),
+            Verifier::Mailgun(v) => v.verify(req),
+            Verifier::Meta(v) => v.verify(req),
             Verifier::Paddle(v) => v.verify(req, now),
             Verifier::Twilio(v) => v.verify(req),
             Verifier::Square(v) => v.verify(req),
@@ -189,6 +226,11 @@ impl Source {
             Verifier::Gitlab(v) => v.identify(req),
             Verifier::Slack(v) => v.identify(req),
             Verifier::Hmac(v) => v.identify(req),
+            Verifier::Linear(v) => v.identify(req),
+            Verifier::Discord(v) => v.identify(req),
+            Verifier::Sendgrid(v) => v.identify(req),
+            Verifier::Mailgun(v) => v.identify(req),
+            Verifier::Meta(v) => v.identify(req),
             Verifier::Paddle(v) => v.identify(req),
             Verifier::Twilio(v) => v.identify(req),
             Verifier::Square(v) => v.identify(req),
@@ -197,20 +239,17 @@ impl Source {
         }
     }
 
-    /// Verifies (against `verify_secs`) and identifies a request, and if it
-    /// is an event, builds the row to store, received at `now_ms`. Pure: no
-    /// I/O, so it can run on any thread.
+    /// Verifies and identifies a request, and if it is an event, builds the
+    /// row to store. Pure: no I/O, so it can run on any thread.
     fn examine(
         &self,
         headers: &HeaderMap,
         query: Option<&str>,
         body: Bytes,
         now_ms: i64,
-        verify_secs: i64,
     ) -> Result<Examined, ApiError> {
         let req = Inbound::new(headers, &body).with_query(query);
-        self.verify(&req, verify_secs)
-            .map_err(ApiError::Unverified)?;
+        self.verify(&req, now_ms).map_err(ApiError::Unverified)?;
         let identity = match self.identify(&req).map_err(ApiError::Unidentified)? {
             Identified::Handshake(answer) => return Ok(Examined::Handshake(answer)),
             Identified::Event(identity) => identity,
@@ -286,8 +325,6 @@ pub struct Receiver {
     unknown: SourceMetrics,
     /// Client address, allowlists, the failure limit and the body budget.
     edge: Arc<Edge>,
-    /// What signature timestamps are checked against.
-    verify_clock: VerifyClock,
 }
 
 impl Receiver {
@@ -317,7 +354,6 @@ impl Receiver {
             pull,
             unknown: metrics.unknown_source(),
             edge,
-            verify_clock: config.verify_clock,
         }
     }
 }
@@ -409,6 +445,73 @@ pub async fn receive(
     })
 }
 
+/// `GET /hooks/{source}`: Meta's subscription handshake, for `meta`
+/// sources only (any other source answers 405, as before the route took
+/// `GET`). The edge checks the client as for a delivery, and a wrong
+/// `hub.verify_token` counts toward the client's failure limit like a
+/// forged signature: the token is a password. Nothing is stored.
+pub async fn handshake(
+    State(rx): State<Receiver>,
+    name: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let Some(source) = name
+        .ok()
+        .and_then(|Path(name)| rx.sources.get(&name).cloned())
+    else {
+        rx.unknown
+            .rejected(ApiError::UnknownSource.reason(), started.elapsed());
+        return Err(ApiError::UnknownSource);
+    };
+    let metrics = &source.metrics;
+    let (parts, _body) = request.into_parts();
+    let client = match rx.edge.client(&source.name, &parts).and_then(|client| {
+        rx.edge
+            .admit(&source.name, source.allow_ips.as_ref(), client)
+            .map(|()| client)
+    }) {
+        Ok(client) => client,
+        Err(refused) => {
+            metrics.rejected(refused.reason(), started.elapsed());
+            return Err(refused);
+        }
+    };
+    let Verifier::Meta(meta) = &source.verifier else {
+        metrics.rejected("method_not_allowed", started.elapsed());
+        let body = Json(json!({ "error": "method_not_allowed" }));
+        return Ok((
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            body,
+        )
+            .into_response());
+    };
+    match meta.subscribe(parts.uri.query().unwrap_or("")) {
+        Ok(challenge) => {
+            metrics.challenge(started.elapsed());
+            Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                challenge,
+            )
+                .into_response())
+        }
+        Err(refused) => {
+            if refused == meta::Refused::WrongToken {
+                rx.edge.failed(client);
+            }
+            tracing::info!(source = %source.name, reason = refused.reason(), "refused a handshake");
+            metrics.rejected(refused.reason(), started.elapsed());
+            let status = match refused {
+                meta::Refused::WrongToken => StatusCode::FORBIDDEN,
+                meta::Refused::NotAHandshake => StatusCode::NOT_FOUND,
+            };
+            Ok((status, Json(json!({ "error": refused.reason() }))).into_response())
+        }
+    }
+}
+
 /// Reads, verifies, identifies and stores one request from `client`.
 async fn handle(
     rx: &Receiver,
@@ -425,13 +528,12 @@ async fn handle(
     let body = read_body(rx, &source, body, &mut charge).await?;
     charge.read();
     let now = clock::now_ms();
-    let verify_secs = rx.verify_clock.now_secs(now);
     let examined = if body.len() <= INLINE_VERIFY_MAX {
-        source.examine(&parts.headers, parts.uri.query(), body, now, verify_secs)
+        source.examine(&parts.headers, parts.uri.query(), body, now)
     } else {
         let source = source.clone();
         tokio::task::spawn_blocking(move || {
-            source.examine(&parts.headers, parts.uri.query(), body, now, verify_secs)
+            source.examine(&parts.headers, parts.uri.query(), body, now)
         })
         .await
         .map_err(|_| ApiError::Unavailable)?

@@ -14,6 +14,7 @@ use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease};
 use super::ingest;
 use super::ip_sets::{self, CachedSet};
 use super::models::{Inserted, NewEvent};
+use super::pauses::{self, PauseOp};
 use super::recent::RecentKeys;
 use super::replay::{self, ReplayFilter};
 use super::retention::{self, PruneBatch, Pruned};
@@ -96,6 +97,11 @@ pub enum WriteCmd {
     Prune {
         batch: PruneBatch,
         reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+    /// Pauses or resumes a destination, durably (`crate::dispatch::breaker`).
+    Pause {
+        op: PauseOp,
+        reply: oneshot::Sender<Result<(), StoreError>>,
     },
     /// Caches a freshly fetched named IP set (`crate::edge`).
     SaveIpSet {
@@ -206,6 +212,10 @@ impl WriteCmd {
                 ip_sets::save(tx, name, set)?;
                 Applied::Done
             }
+            WriteCmd::Pause { op, .. } => {
+                pauses::apply(tx, op)?;
+                Applied::Done
+            }
         })
     }
 
@@ -241,7 +251,8 @@ impl WriteCmd {
             }
             (WriteCmd::Ping { reply }, _)
             | (WriteCmd::Release { reply, .. }, _)
-            | (WriteCmd::SaveIpSet { reply, .. }, _) => drop(reply.send(Ok(()))),
+            | (WriteCmd::SaveIpSet { reply, .. }, _)
+            | (WriteCmd::Pause { reply, .. }, _) => drop(reply.send(Ok(()))),
             (WriteCmd::Record { .. }, _) => {}
             (WriteCmd::MakeDue { reply, .. }, _) => drop(reply.send(Ok(()))),
             (cmd, _) => cmd.fail(StoreError::Unavailable(
@@ -255,7 +266,8 @@ impl WriteCmd {
             WriteCmd::Insert { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Ping { reply }
             | WriteCmd::Release { reply, .. }
-            | WriteCmd::SaveIpSet { reply, .. } => drop(reply.send(Err(err))),
+            | WriteCmd::SaveIpSet { reply, .. }
+            | WriteCmd::Pause { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Claim { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Settle { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Catchup { reply, .. } => drop(reply.send(Err(err))),

@@ -16,6 +16,7 @@ pub mod ip_sets;
 pub mod listing;
 pub mod lock;
 pub mod models;
+pub mod pauses;
 pub mod queries;
 mod recent;
 mod replay;

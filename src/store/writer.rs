@@ -368,6 +368,17 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Pauses or resumes a destination, durably. Waits for room in the
+    /// queue: rare, and the caller needs it done.
+    pub async fn pause(&self, op: super::pauses::PauseOp) -> Result<(), StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(WriteCmd::Pause { op, reply })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
     fn send(&self, cmd: WriteCmd) -> Result<(), StoreError> {
         self.tx.try_send(cmd).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,

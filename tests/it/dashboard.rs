@@ -394,3 +394,62 @@ async fn a_session_cookie_does_not_open_the_api() {
     assert_eq!(app.admin_get("/api/stats").await.status(), 200);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_overview_shows_a_pause_and_its_buttons_pause_and_resume() {
+    let down = Downstream::start(|_, _| Reply::status(204)).await;
+    let app = TestApp::spawn(&deliver_source(
+        "github",
+        &url_destination(&down.url()),
+        "5s",
+        3,
+    ))
+    .await;
+    let session = login(&app).await;
+    let page = get(&app, "/", &session.cookie).await;
+    let pause = "action=\"/destinations/github/default/pause\"";
+    assert!(page.contains(pause), "{page}");
+    let c = client();
+    let url = app.admin_url("/destinations/github/default/pause");
+    // Without the CSRF token: refused, nothing paused.
+    let r = c
+        .post(&url)
+        .header("cookie", &session.cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(
+        !get(&app, "/", &session.cookie)
+            .await
+            .contains("paused by hand")
+    );
+    let r = c
+        .post(&url)
+        .header("cookie", &session.cookie)
+        .form(&[("csrf", &session.csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let page = get(&app, "/", &session.cookie).await;
+    assert!(page.contains("paused by hand since"), "{page}");
+    assert!(
+        page.contains("action=\"/destinations/github/default/resume\""),
+        "{page}"
+    );
+    assert_eq!(app.post_github("held", b"{}").await.status(), 202);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(down.hits().is_empty());
+    let r = c
+        .post(app.admin_url("/destinations/github/default/resume"))
+        .header("cookie", &session.cookie)
+        .form(&[("csrf", &session.csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    down.wait_for_hits(1).await;
+    assert!(get(&app, "/", &session.cookie).await.contains(pause));
+    app.shutdown().await;
+}

@@ -155,6 +155,22 @@ pub fn now_secs() -> i64 {
     hookbox::clock::now_secs()
 }
 
+/// A committed provider vector file, `tests/vectors/{kind}.json`.
+pub fn vector_file(kind: &str) -> serde_json::Value {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/vectors/{kind}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Moves the calling thread's clock to `at_ms` (unix milliseconds), and
+/// with it the clock of a server spawned on this (current-thread) runtime:
+/// for vectors signed at a fixed time. `shift_this_thread(0)` puts it back.
+pub fn set_thread_clock_to(at_ms: i64) {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    hookbox::clock::shift_this_thread(at_ms - since.unwrap().as_millis() as i64);
+}
+
 /// The JSON body of a response.
 pub async fn json(response: reqwest::Response) -> serde_json::Value {
     response.json().await.unwrap()
@@ -169,33 +185,14 @@ impl TestApp {
         sources: &str,
         server_extra: &str,
     ) -> TestApp {
+        if std::env::var_os("TEST_LOG").is_some() {
+            hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
+        }
         let text = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
             db_path.display().to_string()
         );
         let config = config::from_toml(&text, "test".into()).unwrap();
-        Self::spawn_config(dir, db_path, config).await
-    }
-
-    /// Starts hookbox with `sources`, checking signature timestamps against
-    /// `now_secs` instead of the system clock: for committed vectors that a
-    /// provider's SDK signed at a fixed time.
-    pub async fn spawn_verifying_at(sources: &str, now_secs: i64) -> TestApp {
-        let dir = tempfile::tempdir().unwrap();
-        let db_path = dir.path().join("hookbox.db");
-        let text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
-            db_path.display().to_string()
-        );
-        let mut config = config::from_toml(&text, "test".into()).unwrap();
-        config.verify_clock = hookbox::clock::VerifyClock::Fixed(now_secs);
-        Self::spawn_config(dir, db_path, config).await
-    }
-
-    async fn spawn_config(dir: TempDir, db_path: PathBuf, config: config::Config) -> TestApp {
-        if std::env::var_os("TEST_LOG").is_some() {
-            hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
-        }
         let app = App::build(config).await.unwrap();
         let addr = app.public_addr();
         let admin_addr = app.admin_addr();

@@ -90,7 +90,7 @@ async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_back
     assert_eq!(metric(&app, PAUSED).await.as_deref(), Some("1"));
     let breaker = || async {
         let stats: serde_json::Value = app.admin_get("/api/stats").await.json().await.unwrap();
-        stats["sources"][0]["destinations"]["default"]["breaker"].clone()
+        stats["sources"][0]["destinations"]["default"]["status"].clone()
     };
     let paused = breaker().await;
     assert_eq!(paused["state"], "paused", "{paused}");

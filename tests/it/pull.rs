@@ -328,3 +328,57 @@ async fn shutdown_answers_a_waiting_take_at_once_instead_of_holding_the_drain() 
         "shutdown took {took:?} with a take waiting"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_pull_destination_hands_out_nothing_until_resumed() {
+    let app = TestApp::spawn(&source("")).await;
+    let r = app
+        .admin_post("/api/destinations/github/laptop/pause", json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(app.post_github("p", &repo("acme/a")).await.status(), 202);
+    assert!(events(&app, "").await.is_empty(), "handed out while paused");
+    // A long-poll waiting through the pause gets the event at the resume.
+    let poll = {
+        let client = app.client.clone();
+        let url = app.url("/pull/github/laptop?wait=20s");
+        tokio::spawn(async move {
+            let r = client.post(url).bearer_auth(TOKEN).send().await.unwrap();
+            r.json::<Value>().await.unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!poll.is_finished(), "a paused take answered");
+    let resumed = Instant::now();
+    app.admin_post("/api/destinations/github/laptop/resume", json!({}))
+        .await;
+    let body = poll.await.unwrap();
+    assert_eq!(body["events"][0]["delivery_id"], "p");
+    assert!(resumed.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_bounds_what_takes_hand_out_whatever_max_they_ask() {
+    let app = TestApp::spawn(&source("rate = \"20/s\"")).await;
+    for i in 0..60 {
+        let r = app
+            .post_github(&format!("r-{i}"), &repo(&format!("acme/r{i}")))
+            .await;
+        assert_eq!(r.status(), 202);
+    }
+    // A tenth of a second's worth at once: two of the sixty due.
+    let first = events(&app, "?max=100").await;
+    assert_eq!(first.len(), 2, "{}", first.len());
+    // Takes in a loop for 1.5 s get about 20 a second, not the backlog.
+    let started = Instant::now();
+    let mut handed = 0;
+    while started.elapsed() < Duration::from_millis(1_500) {
+        handed += events(&app, "?max=100&wait=1s").await.len();
+    }
+    let took = started.elapsed().as_secs_f64();
+    assert!(
+        handed as f64 <= 20.0 * took + 2.0,
+        "{handed} handed out in {took:.2} s at 20/s"
+    );
+    assert!(handed >= 20, "only {handed} in {took:.2} s at 20/s");
+}

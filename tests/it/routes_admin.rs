@@ -490,7 +490,7 @@ async fn bulk_replay_by_state_takes_each_configured_destination_or_the_one_named
 
 /// A destination's breaker in `/api/stats` when it was never paused.
 static OPEN: std::sync::LazyLock<serde_json::Value> = std::sync::LazyLock::new(
-    || json!({"state": "open", "paused_since": null, "next_probe_at": null, "held_until": null}),
+    || json!({"state": "open", "paused_by": null, "paused_since": null, "next_probe_at": null, "held_until": null}),
 );
 
 #[tokio::test]
@@ -510,7 +510,7 @@ async fn stats_and_metrics_count_each_destination_and_name_those_gone_from_the_c
     assert_eq!(
         d["chat"],
         json!({"pending": 0, "delivered": 0, "dead": 2, "oldest_pending_at": null, "configured": true,
-               "breaker": OPEN.clone()})
+               "status": OPEN.clone()})
     );
     assert_eq!(
         (&d["ci"]["delivered"], &d["ci"]["configured"]),
@@ -520,7 +520,7 @@ async fn stats_and_metrics_count_each_destination_and_name_those_gone_from_the_c
     assert_eq!(
         d["deploy"],
         json!({"pending": 0, "delivered": 0, "dead": 0, "oldest_pending_at": null, "configured": true,
-               "breaker": OPEN.clone()})
+               "status": OPEN.clone()})
     );
     let metrics = app.admin_get("/metrics").await.text().await.unwrap();
     for line in [

@@ -15,6 +15,9 @@ const FIXTURE_V6: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/re
 
 /// Written by release 7fd7534 (schema version 8), the last before routes.
 const FIXTURE_V8: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v8.db");
+/// Written by a6d15bf (schema 9, routes), the release before destination
+/// pauses were kept.
+const FIXTURE_V9: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v9.db");
 
 /// The secret the fixture's sources were signed with.
 const SECRET: &str = "fixture-secret";
@@ -69,6 +72,11 @@ async fn a_database_the_release_before_routes_wrote_opens_with_nothing_lost() {
     opens_with_nothing_lost(FIXTURE_V8, 8).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_release_with_routes_wrote_opens_with_nothing_lost() {
+    opens_with_nothing_lost(FIXTURE_V9, 9).await;
+}
+
 /// Opens a copy of `fixture` (at schema `version`) with today's hookbox:
 /// settled events stay as they were and are never sent again, the two
 /// pending ones are delivered once each in their key's order, and a new
@@ -85,12 +93,15 @@ async fn opens_with_nothing_lost(fixture: &str, version: i64) {
     // The release scheduled the retry up to an hour after it wrote the
     // file; let that hour have passed, so the test does not depend on
     // when it runs.
+    let due_now = if version >= 9 {
+        "UPDATE deliveries SET next_attempt_at = 0
+         WHERE event_id = (SELECT id FROM events WHERE delivery_id = 'retry')"
+    } else {
+        "UPDATE events SET next_attempt_at = 0 WHERE delivery_id = 'retry'"
+    };
     rusqlite::Connection::open(&db)
         .unwrap()
-        .execute(
-            "UPDATE events SET next_attempt_at = 0 WHERE delivery_id = 'retry'",
-            [],
-        )
+        .execute(due_now, [])
         .unwrap();
 
     let down = Downstream::start(|_, _| Reply::status(204)).await;

@@ -19,6 +19,7 @@
 //! redirect to `/login`). A session never opens `/api`, which keeps
 //! requiring the bearer token.
 
+mod destination;
 mod event;
 mod pages;
 mod session;
@@ -65,6 +66,10 @@ pub(super) fn router(admin: AdminState, token: TokenDigest) -> Router {
         .route("/dead", get(pages::dead))
         .route("/replay", post(event::replay_dead))
         .route("/catch-up", get(pages::catch_up))
+        .route(
+            "/destinations/{source}/{name}/{verb}",
+            post(destination::pause_or_resume),
+        )
         .route("/logout", post(session::logout))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -89,6 +94,7 @@ code,pre{font:12px/1.4 ui-monospace,monospace}pre{background:#fff;border:1px sol
 .state{padding:0 .35rem;border-radius:3px;background:#e3e7ee}.dead{background:#f8d2d2}.delivered{background:#d3f2da}.pending{background:#fdf0c4}\
 .notice{background:#e3f0ff;border:1px solid #9cc2f7;padding:.5rem}.error{background:#fde2e2;border:1px solid #ef9a9a;padding:.5rem}\
 form.inline{display:inline}form.filters{display:flex;gap:.6rem;align-items:end;flex-wrap:wrap}\
+.paused{color:#8a4b00}\
 label{display:flex;flex-direction:column;font-size:12px}button{cursor:pointer}";
 
 /// `Content-Security-Policy`: nothing but this page's own style sheet,

@@ -54,6 +54,10 @@ pub(super) async fn overview(
                             "↳ "
                             a href=(link("/events", &[("source", Some(&s.source)), ("destination", Some(name))])) { (name) }
                             @if !d.configured { " (not in the config)" }
+                            @else {
+                                (super::destination::state(&s.source, name,
+                                    st.admin.board.get(&s.source, name), now, &session.csrf))
+                            }
                         }
                         @for (state, n) in [("pending", d.pending), ("delivered", d.delivered), ("dead", d.dead)] {
                             td.n {

@@ -3,8 +3,6 @@
 //! markup with `(value)` is escaped by maud; the only `PreEscaped` is the
 //! style sheet, a constant.
 
-use std::time::{Duration, UNIX_EPOCH};
-
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::CSS;
@@ -97,8 +95,7 @@ pub(super) fn csrf_field(csrf: &str) -> Markup {
 
 /// Unix milliseconds as RFC 3339, to the second, UTC.
 pub(super) fn time(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
+    crate::clock::format_ms(ms)
 }
 
 pub(super) fn opt_time(ms: Option<i64>) -> String {

@@ -1,0 +1,202 @@
+//! Linear: `Linear-Signature: <hex>`, HMAC-SHA256 of the raw body, with
+//! freshness from `webhookTimestamp` (unix **milliseconds**) inside the
+//! signed body.
+//!
+//! Spec: <https://linear.app/developers/webhooks#securing-webhooks>, and
+//! `LinearWebhookClient.verify` in `@linear/sdk` (98.0.0), which this
+//! follows: the key is the signing secret's UTF-8 bytes; the header is the
+//! bare lowercase hex digest, compared as text (so uppercase hex, which the
+//! SDK refuses, is refused here too); then `webhookTimestamp` must be
+//! present, a number, and within the window of now. The legacy
+//! `Linear-Timestamp` header is ignored, as by the SDK: it is not signed.
+//!
+//! Tolerance: the source's window, by default 60 s, the SDK's own, in
+//! both directions, compared in milliseconds. The timestamp must be a
+//! whole number (the SDK also takes fractions; Linear sends integers).
+//!
+//! Identification: `Linear-Delivery` is the dedupe key; the event type is
+//! the body's `type` and `action` (`Issue.create`), else `Linear-Event`.
+
+use serde_json::Value;
+
+use crate::config::Secret;
+
+use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::verify::{VerifyError, ct_eq, header, header_str, hmac_sha256, utf8_keys};
+
+pub struct Linear {
+    keys: Vec<Vec<u8>>,
+    tolerance_ms: i64,
+}
+
+/// Provider headers stored with the event (never the signature).
+pub const KEEP_HEADERS: &[&str] = &[
+    "linear-delivery",
+    "linear-event",
+    "linear-timestamp",
+    "user-agent",
+];
+
+impl Linear {
+    /// The key is the signing secret's UTF-8 bytes.
+    pub fn new(secrets: &[Secret], tolerance_secs: i64) -> Self {
+        Linear {
+            keys: utf8_keys(secrets),
+            tolerance_ms: tolerance_secs.saturating_mul(1000),
+        }
+    }
+
+    pub fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        let sig = header(req.headers, "linear-signature").ok_or(VerifyError::MissingSignature)?;
+        if sig.len() != 64 || !sig.iter().all(u8::is_ascii_hexdigit) {
+            return Err(VerifyError::MalformedSignature);
+        }
+        // Every key is tried even after a match: the time taken does not
+        // tell which secret (old or new) signed.
+        let mut matched = false;
+        for key in &self.keys {
+            let expected = hex::encode(hmac_sha256(key, &[req.body]));
+            matched |= ct_eq(expected.as_bytes(), sig);
+        }
+        if !matched {
+            return Err(VerifyError::InvalidSignature);
+        }
+        let ts = match req.json().map(|json| json.get("webhookTimestamp")) {
+            None | Some(None | Some(Value::Null)) => return Err(VerifyError::MissingTimestamp),
+            Some(Some(Value::Number(n))) => n.as_i64().ok_or(VerifyError::MalformedTimestamp)?,
+            Some(Some(_)) => return Err(VerifyError::MalformedTimestamp),
+        };
+        if now_ms.saturating_sub(ts).saturating_abs() > self.tolerance_ms {
+            return Err(VerifyError::TimestampOutOfTolerance);
+        }
+        Ok(())
+    }
+
+    pub fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        let text = |key: &str| req.json().and_then(|j| j.get(key)).and_then(Value::as_str);
+        let event_type = match (text("type"), text("action")) {
+            (Some(kind), Some(action)) => Some(format!("{kind}.{action}")),
+            _ => header_str(req.headers, "linear-event")
+                .or(text("type"))
+                .map(str::to_owned),
+        };
+        Ok(Identified::Event(Identity {
+            delivery_id: delivery_id(header_str(req.headers, "linear-delivery"))?,
+            event_type,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderMap, HeaderValue};
+
+    const SECRET: &str = "lin_wh_hookbox_unit_secret";
+    const TS: i64 = 1_767_225_600_000;
+    const BODY: &[u8] = br#"{"action":"create","type":"Issue","data":{"id":"i-1"},"webhookTimestamp":1767225600000}"#;
+
+    fn sign(secret: &str, body: &[u8]) -> String {
+        hex::encode(hmac_sha256(secret.as_bytes(), &[body]))
+    }
+
+    fn linear(secrets: &[&str]) -> Linear {
+        let secrets: Vec<Secret> = secrets.iter().map(|s| Secret::new(*s)).collect();
+        Linear::new(&secrets, 60)
+    }
+
+    fn check(
+        secrets: &[&str],
+        sig: Option<&str>,
+        body: &[u8],
+        now: i64,
+    ) -> Result<(), VerifyError> {
+        let mut h = HeaderMap::new();
+        if let Some(sig) = sig {
+            h.insert("linear-signature", HeaderValue::from_str(sig).unwrap());
+        }
+        linear(secrets).verify(&Inbound::new(&h, body), now)
+    }
+
+    #[test]
+    fn a_fresh_signed_body_verifies_with_any_configured_secret() {
+        let sig = sign(SECRET, BODY);
+        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS), Ok(()));
+        assert_eq!(check(&["old", SECRET], Some(&sig), BODY, TS), Ok(()));
+    }
+
+    #[test]
+    fn tampering_a_wrong_secret_uppercase_and_truncation_fail() {
+        let sig = sign(SECRET, BODY);
+        let invalid = Err(VerifyError::InvalidSignature);
+        assert_eq!(check(&["wrong"], Some(&sig), BODY, TS), invalid);
+        let tampered = [BODY, b" "].concat();
+        assert_eq!(check(&[SECRET], Some(&sig), &tampered, TS), invalid);
+        let upper = sig.to_uppercase();
+        assert_eq!(check(&[SECRET], Some(&upper), BODY, TS), invalid);
+        let malformed = Err(VerifyError::MalformedSignature);
+        assert_eq!(check(&[SECRET], Some(&sig[..62]), BODY, TS), malformed);
+        let prefixed = format!("sha256={}", &sig[7..]);
+        assert_eq!(check(&[SECRET], Some(&prefixed), BODY, TS), malformed);
+        let missing = Err(VerifyError::MissingSignature);
+        assert_eq!(check(&[SECRET], None, BODY, TS), missing);
+    }
+
+    #[test]
+    fn the_body_timestamp_is_checked_in_milliseconds_both_ways() {
+        let sig = sign(SECRET, BODY);
+        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS + 60_000), Ok(()));
+        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS - 60_000), Ok(()));
+        let stale = Err(VerifyError::TimestampOutOfTolerance);
+        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS + 60_001), stale);
+        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS - 60_001), stale);
+    }
+
+    #[test]
+    fn a_missing_or_non_integer_timestamp_is_refused_after_the_signature() {
+        for (body, expected) in [
+            (&br#"{"type":"Issue"}"#[..], VerifyError::MissingTimestamp),
+            (
+                br#"{"webhookTimestamp":null}"#,
+                VerifyError::MissingTimestamp,
+            ),
+            (b"not json", VerifyError::MissingTimestamp),
+            (
+                br#"{"webhookTimestamp":"1767225600000"}"#,
+                VerifyError::MalformedTimestamp,
+            ),
+            (
+                br#"{"webhookTimestamp":1767225600000.5}"#,
+                VerifyError::MalformedTimestamp,
+            ),
+        ] {
+            let sig = sign(SECRET, body);
+            assert_eq!(
+                check(&[SECRET], Some(&sig), body, TS),
+                Err(expected),
+                "{body:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn identity_is_the_delivery_header_and_type_dot_action() {
+        let mut h = HeaderMap::new();
+        h.insert("linear-delivery", HeaderValue::from_static("d-1"));
+        h.insert("linear-event", HeaderValue::from_static("Issue"));
+        let id = linear(&[SECRET]).identify(&Inbound::new(&h, BODY));
+        assert_eq!(
+            id,
+            Ok(Identified::Event(Identity {
+                delivery_id: "d-1".into(),
+                event_type: Some("Issue.create".into()),
+            }))
+        );
+        let no_action = linear(&[SECRET]).identify(&Inbound::new(&h, br#"{"type":"X"}"#));
+        assert!(
+            matches!(no_action, Ok(Identified::Event(i)) if i.event_type.as_deref() == Some("Issue"))
+        );
+        let none = linear(&[SECRET]).identify(&Inbound::new(&HeaderMap::new(), BODY));
+        assert_eq!(none, Err(IdentifyError::MissingDeliveryId));
+    }
+}
