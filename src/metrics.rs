@@ -36,8 +36,8 @@ fn latency_histogram() -> Histogram {
 }
 
 /// `hookbox_received_total` labels: `reason` only on rejections.
-/// Outcomes: `accepted`, `duplicate`, `challenge` (Slack's URL check) and
-/// `rejected`.
+/// Outcomes: `accepted`, `duplicate`, `challenge` (a provider's handshake:
+/// Slack, Discord, Meta, Zoom, Twitch) and `rejected`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct ReceivedLabels {
     source: Arc<str>,
@@ -338,7 +338,7 @@ impl SourceMetrics {
         self.latency.observe(took.as_secs_f64());
     }
 
-    /// A URL-verification challenge answered (Slack); nothing stored.
+    /// A handshake answered (Slack, Discord, Meta, Zoom, Twitch); nothing stored.
     pub fn challenge(&self, took: Duration) {
         self.challenge.inc();
         self.latency.observe(took.as_secs_f64());

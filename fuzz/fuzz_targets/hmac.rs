@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
                 .iter()
                 .map(|k| String::from_utf8(k.to_vec()).unwrap())
                 .collect(),
-            tolerance: Duration::from_secs(TOLERANCE as u64),
+            tolerance: Some(Duration::from_secs(TOLERANCE as u64)),
             order_key: input.setting("order_key").into_iter().collect(),
             max_body_bytes: None,
             hmac: Some(raw_hmac.clone()),
@@ -59,6 +59,7 @@ fuzz_target!(|data: &[u8]| {
             github_redelivery: None,
             stripe_backfill: None,
             allow_ips: Vec::new(),
+            public_url: None,
             verify_token: None,
         }],
         ..RawConfig::default()

@@ -180,11 +180,11 @@ pub fn replace(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
 }
 
 /// Checks what identification returned, whatever the kind: a delivery id
-/// is 1..=256 bytes or a body hash; a challenge is not empty.
+/// is 1..=256 bytes or a body hash; a handshake's answer is not empty.
 pub fn check_identified(
     result: Result<hookbox::receive::payload::Identified, hookbox::receive::payload::IdentifyError>,
 ) {
-    use hookbox::receive::payload::{Identified, MAX_DELIVERY_ID_LEN};
+    use hookbox::receive::payload::{Handshake, Identified, MAX_DELIVERY_ID_LEN};
     match result {
         Ok(Identified::Event(id)) => {
             let d = &id.delivery_id;
@@ -195,7 +195,11 @@ pub fn check_identified(
                 d.len()
             );
         }
-        Ok(Identified::Challenge(c)) => assert!(!c.is_empty(), "empty challenge"),
-        Ok(Identified::Ping(_)) | Err(_) => {}
+        Ok(Identified::Handshake(Handshake::Text(t))) => assert!(!t.is_empty(), "empty challenge"),
+        Ok(Identified::Handshake(Handshake::Json(v))) => {
+            assert!(v.as_object().is_some_and(|o| !o.is_empty()), "empty answer")
+        }
+        Ok(Identified::Handshake(Handshake::NoContent)) => {}
+        Err(_) => {}
     }
 }

@@ -142,6 +142,11 @@ pub enum Kind {
     Sendgrid,
     Mailgun,
     Meta,
+    Paddle,
+    Twilio,
+    Square,
+    Zoom,
+    Twitch,
 }
 
 impl Kind {
@@ -159,7 +164,31 @@ impl Kind {
             Kind::Sendgrid => "sendgrid",
             Kind::Mailgun => "mailgun",
             Kind::Meta => "meta",
+            Kind::Paddle => "paddle",
+            Kind::Twilio => "twilio",
+            Kind::Square => "square",
+            Kind::Zoom => "zoom",
+            Kind::Twitch => "twitch",
         }
+    }
+
+    /// The window a timestamped kind allows when `tolerance` is not set:
+    /// the provider's own where it documents one (Paddle's SDKs allow 5 s,
+    /// Linear's 60 s, Twitch says to refuse messages older than 10
+    /// minutes), else 5 min.
+    pub fn default_tolerance(self) -> Duration {
+        match self {
+            Kind::Paddle => Duration::from_secs(5),
+            Kind::Linear => Duration::from_secs(60),
+            Kind::Twitch => Duration::from_secs(600),
+            _ => Duration::from_secs(300),
+        }
+    }
+
+    /// Kinds whose signature covers the URL the provider called, which
+    /// hookbox cannot see behind a proxy: they need `public_url`.
+    pub fn signs_url(self) -> bool {
+        matches!(self, Kind::Twilio | Kind::Square)
     }
 }
 
@@ -174,9 +203,14 @@ pub struct RawSource {
     /// Secret references; any one matching passes (rotation).
     #[serde(default)]
     pub secrets: Vec<String>,
-    /// Allowed clock difference for timestamped schemes, both directions.
-    #[serde(default = "default_tolerance", with = "duration")]
-    pub tolerance: Duration,
+    /// Allowed clock difference for timestamped schemes, both directions;
+    /// unset: the kind's default ([`Kind::default_tolerance`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::option"
+    )]
+    pub tolerance: Option<Duration>,
     /// JSON pointers; the first non-null one is the event's ordering key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub order_key: Vec<String>,
@@ -198,6 +232,11 @@ pub struct RawSource {
     /// empty: every address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_ips: Vec<String>,
+    /// Kinds that sign the URL (`twilio`, `square`): the URL exactly as
+    /// the provider calls it, without the query (the request's own query
+    /// is appended as received).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
     /// Only for `kind = "meta"`: the secret reference Meta's subscription
     /// handshake (`GET ?hub.verify_token=`) must present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +259,7 @@ impl fmt::Debug for RawSource {
             .field("github_redelivery", &self.github_redelivery)
             .field("stripe_backfill", &self.stripe_backfill)
             .field("allow_ips", &self.allow_ips)
+            .field("public_url", &self.public_url)
             .field(
                 "verify_token",
                 &self.verify_token.as_deref().map(secret::describe),
@@ -270,10 +310,6 @@ fn yes() -> bool {
     true
 }
 
-fn default_tolerance() -> Duration {
-    Duration::from_secs(300)
-}
-
 /// `$STATE_DIRECTORY/hookbox.db` under systemd, else `./hookbox.db`.
 fn default_database() -> PathBuf {
     std::env::var_os("STATE_DIRECTORY")
@@ -320,6 +356,9 @@ pub struct SourceConfig {
     pub stripe_backfill: Option<StripeBackfillConfig>,
     /// `None`: every address may post.
     pub allow_ips: Option<AllowIps>,
+    /// The URL the provider signs, for the kinds that sign it; checked
+    /// to be an absolute `http(s)` URL without query or fragment.
+    pub public_url: Option<String>,
     /// Meta's handshake token (kind `meta` only, required there).
     pub verify_token: Option<Secret>,
 }
@@ -531,7 +570,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 kind,
                 enabled: true,
                 secrets: vec![format!("env:{var}")],
-                tolerance: default_tolerance(),
+                tolerance: None,
                 order_key: Vec::new(),
                 max_body_bytes: None,
                 hmac: None,
@@ -539,6 +578,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 github_redelivery: None,
                 stripe_backfill: None,
                 allow_ips: Vec::new(),
+                public_url: None,
                 verify_token: None,
             });
         } else {
@@ -635,7 +675,9 @@ fn validate_source(
     }
     check_public_keys(src.kind, &secrets, at, problems);
     let verify_token = validate_verify_token(src, at, problems);
-    limits::TOLERANCE.check(at, src.tolerance, problems);
+    let tolerance = src.tolerance.unwrap_or(src.kind.default_tolerance());
+    limits::TOLERANCE.check(at, tolerance, problems);
+    validate_public_url(src, at, problems);
     for (j, pointer) in src.order_key.iter().enumerate() {
         if !pointer.starts_with('/') {
             problems.push(format!(
@@ -686,7 +728,7 @@ fn validate_source(
         name: src.name.clone(),
         kind: src.kind,
         secrets,
-        tolerance: src.tolerance,
+        tolerance,
         order_key: src.order_key.clone(),
         max_body_bytes: src.max_body_bytes.unwrap_or(server.max_body_bytes),
         hmac,
@@ -694,8 +736,48 @@ fn validate_source(
         github_redelivery,
         stripe_backfill,
         allow_ips,
+        public_url: src.public_url.clone(),
         verify_token,
     })
+}
+
+/// `public_url`: required for the kinds that sign the URL, refused for
+/// the others (it would be ignored, and an ignored key misleads). The
+/// query is left out because the request's own query string is signed
+/// too, and appended as received: Twilio's JSON callbacks carry their
+/// `bodySHA256` there, different on every request.
+fn validate_public_url(src: &RawSource, at: &str, problems: &mut Vec<String>) {
+    let key = format!("{at}.public_url");
+    let Some(raw) = &src.public_url else {
+        if src.kind.signs_url() {
+            problems.push(format!(
+                "{key}: kind {:?} signs the URL it calls: set public_url to the URL exactly as \
+                 entered in the provider's console (e.g. \"https://hooks.example.com/hooks/{}\")",
+                src.kind.as_str(),
+                src.name
+            ));
+        }
+        return;
+    };
+    if !src.kind.signs_url() {
+        problems.push(format!(
+            "{key}: only for kinds that sign the URL (\"twilio\", \"square\")"
+        ));
+        return;
+    }
+    match url::Url::parse(raw) {
+        Err(e) => problems.push(format!("{key}: {raw:?} is not an absolute URL: {e}")),
+        Ok(url) if !matches!(url.scheme(), "http" | "https") || !raw.contains("://") => {
+            problems.push(format!(
+                "{key}: {raw:?} must start with https:// (or http://)"
+            ));
+        }
+        Ok(_) if raw.contains(['?', '#']) => problems.push(format!(
+            "{key}: {raw:?}: leave out the query and fragment; the query of each request is \
+             appended as received"
+        )),
+        Ok(_) => {}
+    }
 }
 
 /// Discord and SendGrid take public keys in `secrets`: each must decode

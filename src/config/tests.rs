@@ -25,6 +25,37 @@ fn a_minimal_file_gets_every_default() {
 }
 
 #[test]
+fn tolerance_defaults_to_the_kind_s_own_window_unless_set() {
+    let config = load_str(
+        r#"
+        [[sources]]
+        name = "linear"
+        kind = "linear"
+        secrets = ["s"]
+        [[sources]]
+        name = "paddle"
+        kind = "paddle"
+        secrets = ["s"]
+        [[sources]]
+        name = "twitch"
+        kind = "twitch"
+        secrets = ["s"]
+        [[sources]]
+        name = "slow"
+        kind = "linear"
+        secrets = ["s"]
+        tolerance = "5m"
+        "#,
+    )
+    .unwrap();
+    let tolerance = |name: &str| config.source(name).unwrap().tolerance;
+    assert_eq!(tolerance("linear"), Duration::from_secs(60));
+    assert_eq!(tolerance("paddle"), Duration::from_secs(5));
+    assert_eq!(tolerance("twitch"), Duration::from_secs(600));
+    assert_eq!(tolerance("slow"), Duration::from_secs(300));
+}
+
+#[test]
 fn unknown_keys_are_errors_naming_the_key() {
     let err = load_str("[server]\nlisten_addr = \"0.0.0.0:1\"\n").unwrap_err();
     assert!(err.to_string().contains("listen_addr"), "{err}");

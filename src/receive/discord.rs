@@ -24,11 +24,11 @@
 //!   SHA-256 of the body, so only exact re-sends are duplicates.
 
 use aws_lc_rs::signature::{ED25519, ParsedPublicKey};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::config::Secret;
 
-use super::payload::{Identified, IdentifyError, Identity, Inbound, Ping, delivery_id};
+use super::payload::{Handshake, Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::verify::{VerifyError, body_hash_id, check_timestamp, decode_hex, header};
 
 /// A valid Ed25519 public key (RFC 8032 section 7.1, test 1), standing in
@@ -94,7 +94,7 @@ impl Discord {
         let is_interaction = json.get("token").is_some_and(Value::is_string);
         if is_interaction {
             if kind == Some(1) {
-                return Ok(Identified::Ping(Ping::Interaction));
+                return Ok(Identified::Handshake(Handshake::Json(json!({ "type": 1 }))));
             }
             let id = json.get("id").and_then(Value::as_str);
             return Ok(Identified::Event(Identity {
@@ -103,7 +103,7 @@ impl Discord {
             }));
         }
         if kind == Some(0) {
-            return Ok(Identified::Ping(Ping::WebhookEvent));
+            return Ok(Identified::Handshake(Handshake::NoContent));
         }
         let delivery_id = match json.get("id").and_then(Value::as_str) {
             Some(id) => delivery_id(Some(id))?,
@@ -211,11 +211,12 @@ mod tests {
     #[test]
     fn pings_are_answered_per_endpoint_and_events_identified() {
         let ping = br#"{"id":"1","token":"t","type":1,"version":1,"application_id":"a"}"#;
-        assert_eq!(identify(ping), Ok(Identified::Ping(Ping::Interaction)));
+        let pong = Handshake::Json(json!({ "type": 1 }));
+        assert_eq!(identify(ping), Ok(Identified::Handshake(pong)));
         let event_ping = br#"{"version":1,"application_id":"a","type":0}"#;
         assert_eq!(
             identify(event_ping),
-            Ok(Identified::Ping(Ping::WebhookEvent))
+            Ok(Identified::Handshake(Handshake::NoContent))
         );
         let command = br#"{"id":"1234","token":"t","type":2,"data":{}}"#;
         assert_eq!(

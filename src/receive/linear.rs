@@ -10,9 +10,8 @@
 //! present, a number, and within the window of now. The legacy
 //! `Linear-Timestamp` header is ignored, as by the SDK: it is not signed.
 //!
-//! Tolerance: the source's window (default 300 s) in both directions,
-//! compared in milliseconds. The SDK's window is 60 s; set
-//! `tolerance = "60s"` for exactly its behaviour. The timestamp must be a
+//! Tolerance: the source's window, by default 60 s, the SDK's own, in
+//! both directions, compared in milliseconds. The timestamp must be a
 //! whole number (the SDK also takes fractions; Linear sends integers).
 //!
 //! Identification: `Linear-Delivery` is the dedupe key; the event type is

@@ -19,13 +19,18 @@ pub mod hmac;
 pub mod linear;
 pub mod mailgun;
 pub mod meta;
+pub mod paddle;
 pub mod payload;
 pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
+pub mod square;
 pub mod standard;
 pub mod stripe;
+pub mod twilio;
+pub mod twitch;
 pub mod verify;
+pub mod zoom;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -53,7 +58,7 @@ use crate::pull::PullHub;
 use crate::route::Routes;
 use crate::store::models::{Inserted, NewEvent, Origin};
 use crate::store::{StoreError, WriterHandle};
-use payload::{Identified, IdentifyError, Inbound, Ping};
+use payload::{Handshake, Identified, IdentifyError, Inbound};
 use verify::VerifyError;
 
 /// Bodies above this are verified on the blocking pool, so hashing 25 MiB
@@ -88,6 +93,11 @@ enum Verifier {
     Sendgrid(sendgrid::Sendgrid),
     Mailgun(mailgun::Mailgun),
     Meta(meta::Meta),
+    Paddle(paddle::Paddle),
+    Twilio(twilio::Twilio),
+    Square(square::Square),
+    Zoom(zoom::Zoom),
+    Twitch(twitch::Twitch),
 }
 
 impl Source {
@@ -150,6 +160,26 @@ impl Source {
                 Verifier::Meta(meta::Meta::new(secrets, cfg.verify_token.clone())),
                 owned(meta::KEEP_HEADERS),
             ),
+            (Kind::Paddle, _) => (
+                Verifier::Paddle(paddle::Paddle::new(secrets, tolerance)),
+                owned(paddle::KEEP_HEADERS),
+            ),
+            (Kind::Twilio, _) => (
+                Verifier::Twilio(twilio::Twilio::new(secrets, public_url(cfg))),
+                owned(twilio::KEEP_HEADERS),
+            ),
+            (Kind::Square, _) => (
+                Verifier::Square(square::Square::new(secrets, public_url(cfg))),
+                owned(square::KEEP_HEADERS),
+            ),
+            (Kind::Zoom, _) => (
+                Verifier::Zoom(zoom::Zoom::new(secrets)),
+                owned(zoom::KEEP_HEADERS),
+            ),
+            (Kind::Twitch, _) => (
+                Verifier::Twitch(twitch::Twitch::new(secrets, tolerance)),
+                owned(twitch::KEEP_HEADERS),
+            ),
         };
         Source {
             name: cfg.name.clone(),
@@ -179,6 +209,11 @@ impl Source {
             Verifier::Sendgrid(v) => v.verify(req),
             Verifier::Mailgun(v) => v.verify(req),
             Verifier::Meta(v) => v.verify(req),
+            Verifier::Paddle(v) => v.verify(req, now),
+            Verifier::Twilio(v) => v.verify(req),
+            Verifier::Square(v) => v.verify(req),
+            Verifier::Zoom(v) => v.verify(req),
+            Verifier::Twitch(v) => v.verify(req, now),
         }
     }
 
@@ -196,17 +231,27 @@ impl Source {
             Verifier::Sendgrid(v) => v.identify(req),
             Verifier::Mailgun(v) => v.identify(req),
             Verifier::Meta(v) => v.identify(req),
+            Verifier::Paddle(v) => v.identify(req),
+            Verifier::Twilio(v) => v.identify(req),
+            Verifier::Square(v) => v.identify(req),
+            Verifier::Zoom(v) => v.identify(req),
+            Verifier::Twitch(v) => v.identify(req),
         }
     }
 
     /// Verifies and identifies a request, and if it is an event, builds the
     /// row to store. Pure: no I/O, so it can run on any thread.
-    fn examine(&self, headers: &HeaderMap, body: Bytes, now_ms: i64) -> Result<Examined, ApiError> {
-        let req = Inbound::new(headers, &body);
+    fn examine(
+        &self,
+        headers: &HeaderMap,
+        query: Option<&str>,
+        body: Bytes,
+        now_ms: i64,
+    ) -> Result<Examined, ApiError> {
+        let req = Inbound::new(headers, &body).with_query(query);
         self.verify(&req, now_ms).map_err(ApiError::Unverified)?;
         let identity = match self.identify(&req).map_err(ApiError::Unidentified)? {
-            Identified::Challenge(challenge) => return Ok(Examined::Challenge(challenge)),
-            Identified::Ping(ping) => return Ok(Examined::Ping(ping)),
+            Identified::Handshake(answer) => return Ok(Examined::Handshake(answer)),
             Identified::Event(identity) => identity,
         };
         let order_key = self.order_key.iter().find_map(|p| req.json_str(p));
@@ -237,10 +282,17 @@ fn body_of<'a>(routes: &Routes, req: &'a Inbound<'_>) -> crate::route::Body<'a> 
     crate::route::Body::parsed(routes.reads_body().then(|| req.json()).flatten())
 }
 
+/// The configured `public_url`; validation requires it for the kinds that
+/// call this.
+fn public_url(cfg: &SourceConfig) -> &str {
+    cfg.public_url
+        .as_deref()
+        .expect("config validation requires public_url for kinds that sign the URL")
+}
+
 enum Examined {
     Event(NewEvent),
-    Challenge(String),
-    Ping(Ping),
+    Handshake(Handshake),
 }
 
 /// The provider headers worth keeping, as a JSON object. Values that are not
@@ -310,8 +362,7 @@ impl Receiver {
 enum Answer {
     Accepted(i64),
     Duplicate(i64),
-    Challenge(String),
-    Ping(Ping),
+    Handshake(Handshake),
 }
 
 /// `POST /hooks/{source}`: [`handle`], counted and timed.
@@ -367,7 +418,7 @@ pub async fn receive(
     match &answer {
         Ok(Answer::Accepted(_)) => metrics.accepted(took),
         Ok(Answer::Duplicate(_)) => metrics.duplicate(took),
-        Ok(Answer::Challenge(_) | Answer::Ping(_)) => metrics.challenge(took),
+        Ok(Answer::Handshake(_)) => metrics.challenge(took),
         Err(e) => metrics.rejected(e.reason(), took),
     }
     Ok(match answer? {
@@ -381,13 +432,16 @@ pub async fn receive(
             Json(json!({ "status": "duplicate", "id": id })),
         )
             .into_response(),
-        Answer::Challenge(challenge) => {
-            (StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response()
+        Answer::Handshake(Handshake::Json(answer)) => {
+            (StatusCode::OK, Json(answer)).into_response()
         }
-        Answer::Ping(Ping::Interaction) => {
-            (StatusCode::OK, Json(json!({ "type": 1 }))).into_response()
-        }
-        Answer::Ping(Ping::WebhookEvent) => StatusCode::NO_CONTENT.into_response(),
+        Answer::Handshake(Handshake::Text(answer)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            answer,
+        )
+            .into_response(),
+        Answer::Handshake(Handshake::NoContent) => StatusCode::NO_CONTENT.into_response(),
     })
 }
 
@@ -475,19 +529,20 @@ async fn handle(
     charge.read();
     let now = clock::now_ms();
     let examined = if body.len() <= INLINE_VERIFY_MAX {
-        source.examine(&parts.headers, body, now)
+        source.examine(&parts.headers, parts.uri.query(), body, now)
     } else {
         let source = source.clone();
-        tokio::task::spawn_blocking(move || source.examine(&parts.headers, body, now))
-            .await
-            .map_err(|_| ApiError::Unavailable)?
+        tokio::task::spawn_blocking(move || {
+            source.examine(&parts.headers, parts.uri.query(), body, now)
+        })
+        .await
+        .map_err(|_| ApiError::Unavailable)?
     };
     let examined = examined.inspect_err(|e| {
         tracing::info!(source = %source.name, reason = e.reason(), "refused a delivery");
     })?;
     let event = match examined {
-        Examined::Challenge(challenge) => return Ok(Answer::Challenge(challenge)),
-        Examined::Ping(ping) => return Ok(Answer::Ping(ping)),
+        Examined::Handshake(answer) => return Ok(Answer::Handshake(answer)),
         Examined::Event(event) => event,
     };
     let dispatched = !event.destinations.is_empty();

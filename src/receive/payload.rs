@@ -9,10 +9,13 @@ use std::cell::OnceCell;
 use axum::http::HeaderMap;
 use serde_json::Value;
 
-/// One received request: headers and the exact body bytes.
+/// One received request: headers, the exact body bytes, and the query.
 pub struct Inbound<'a> {
     pub headers: &'a HeaderMap,
     pub body: &'a [u8],
+    /// The request's query string as received, without the `?`: part of
+    /// what the URL-signing kinds (Twilio, Square) sign.
+    pub query: Option<&'a str>,
     json: OnceCell<Option<Value>>,
 }
 
@@ -21,8 +24,15 @@ impl<'a> Inbound<'a> {
         Inbound {
             headers,
             body,
+            query: None,
             json: OnceCell::new(),
         }
+    }
+
+    /// The same request with the query string it arrived with.
+    pub fn with_query(mut self, query: Option<&'a str>) -> Self {
+        self.query = query;
+        self
     }
 
     /// The body parsed as JSON, or `None` when it is not JSON.
@@ -55,20 +65,23 @@ pub struct Identity {
 pub enum Identified {
     /// An event to store.
     Event(Identity),
-    /// A handshake to answer and not store (Slack's `url_verification`).
-    Challenge(String),
-    /// Discord's PING, answered the way the endpoint it came to expects.
-    Ping(Ping),
+    /// A handshake to answer (200, or 204 for [`Handshake::NoContent`])
+    /// and not store.
+    Handshake(Handshake),
 }
 
-/// Discord sends a PING to both of its endpoint kinds, and each wants its
-/// own answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ping {
-    /// Interactions endpoint: `200 {"type":1}` (PONG).
-    Interaction,
-    /// Webhook events endpoint: `204` with no body.
-    WebhookEvent,
+/// The answer to a provider's handshake, in the shape that provider
+/// expects: each checks the body, some the content type too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handshake {
+    /// A JSON body: Slack's `{"challenge": ..}`, Zoom's
+    /// `{"plainToken": .., "encryptedToken": ..}`.
+    Json(Value),
+    /// A `text/plain` body: Twitch wants the bare challenge string.
+    Text(String),
+    /// `204 No Content`: what Discord expects for the PING of its webhook
+    /// events (its interactions PING wants `Json({"type": 1})` instead).
+    NoContent,
 }
 
 /// A verified request that cannot be stored: the provider sent something

@@ -17,11 +17,11 @@
 //!   two identical commands are one event, and any byte of difference makes
 //!   a new one.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::config::Secret;
 
-use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::payload::{Handshake, Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::verify::{
     VerifyError, any_key_matches, body_hash_id, check_timestamp, decode_hex, header, utf8_keys,
 };
@@ -76,7 +76,7 @@ impl Slack {
         if text("/type") == Some("url_verification") {
             let challenge = text("/challenge").filter(|c| !c.is_empty());
             return challenge
-                .map(|c| Identified::Challenge(c.to_owned()))
+                .map(|c| Identified::Handshake(Handshake::Json(json!({ "challenge": c }))))
                 .ok_or(IdentifyError::MissingDeliveryId);
         }
         let delivery_id = match text("/event_id") {
@@ -202,7 +202,8 @@ mod tests {
     fn url_verification_returns_the_challenge() {
         let body = br#"{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
         let challenge = "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P";
-        assert_eq!(identify(body), Ok(Identified::Challenge(challenge.into())));
+        let answer = Handshake::Json(json!({ "challenge": challenge }));
+        assert_eq!(identify(body), Ok(Identified::Handshake(answer)));
         let no_challenge = identify(br#"{"type":"url_verification"}"#);
         assert_eq!(no_challenge, Err(IdentifyError::MissingDeliveryId));
     }

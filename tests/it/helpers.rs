@@ -155,6 +155,22 @@ pub fn now_secs() -> i64 {
     hookbox::clock::now_secs()
 }
 
+/// A committed provider vector file, `tests/vectors/{kind}.json`.
+pub fn vector_file(kind: &str) -> serde_json::Value {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/vectors/{kind}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Moves the calling thread's clock to `at_ms` (unix milliseconds), and
+/// with it the clock of a server spawned on this (current-thread) runtime:
+/// for vectors signed at a fixed time. `shift_this_thread(0)` puts it back.
+pub fn set_thread_clock_to(at_ms: i64) {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    hookbox::clock::shift_this_thread(at_ms - since.unwrap().as_millis() as i64);
+}
+
 /// The JSON body of a response.
 pub async fn json(response: reqwest::Response) -> serde_json::Value {
     response.json().await.unwrap()

@@ -41,4 +41,5 @@ mod systemd;
 mod tls;
 mod upgrade;
 mod uploads;
+mod vectors_a;
 mod vectors_b;

@@ -10,22 +10,9 @@
 //! The vectors are signed at a fixed time, so the server's clock is moved
 //! there: see `hookbox::clock::shift_this_thread`.
 
-use std::path::Path;
-
 use serde_json::Value;
 
 use crate::helpers::*;
-
-fn load(kind: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/vectors/{kind}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn wall_ms() -> i64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    since.unwrap().as_millis() as i64
-}
 
 /// The `[[sources]]` table the vectors were made for.
 fn source_toml(kind: &str, source: &Value) -> String {
@@ -62,7 +49,7 @@ async fn send(app: &TestApp, kind: &str, case: &Value) -> reqwest::Response {
 
 /// Replays every case of `tests/vectors/{kind}.json`.
 async fn replay(kind: &str) {
-    let doc = load(kind);
+    let doc = vector_file(kind);
     let app = TestApp::spawn(&source_toml(kind, &doc["source"])).await;
     let signed_at = doc["now_ms"].as_i64().unwrap();
     let mut stored = 0;
@@ -70,7 +57,7 @@ async fn replay(kind: &str) {
         // The server runs on this (current-thread) runtime: moving this
         // thread's clock moves the server's. Set before each case, so the
         // time the replay takes does not add up.
-        hookbox::clock::shift_this_thread(signed_at - wall_ms());
+        set_thread_clock_to(signed_at);
         let name = format!("{kind}/{}", case["name"].as_str().unwrap());
         let expect = &case["expect"];
         let status = expect["status"].as_u64().unwrap() as u16;
