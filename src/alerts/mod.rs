@@ -175,7 +175,7 @@ impl Alerter {
         let why = error.unwrap_or("no error recorded");
         self.notify(Notice {
             condition: Condition::Dead,
-            title: format!("A delivery went dead: {source} → {destination}"),
+            title: format!("A delivery went dead: {source}/{destination}"),
             text: format!(
                 "Event {event_id} of source {source} will not be retried at destination {destination}.\n\
                  Last error: {why}\n\
@@ -195,7 +195,7 @@ impl Alerter {
         }
         self.notify(Notice {
             condition: Condition::Dead,
-            title: format!("{count} deliveries went dead: {source} → {destination}"),
+            title: format!("{count} deliveries went dead: {source}/{destination}"),
             text: format!(
                 "The consumer of pull destination {destination} (source {source}) nacked them past max_attempts.\n\
                  Then: hookbox replay --dead --source {source} --destination {destination}"
@@ -231,7 +231,7 @@ impl Alerter {
         };
         self.notify(Notice {
             condition: Condition::Paused,
-            title: format!("Destination paused: {source} → {destination}"),
+            title: format!("Destination paused: {source}/{destination}"),
             text: format!(
                 "Destination {destination} of source {source} was paused {why}.\n\
                  Its deliveries wait in the queue; none is lost."
