@@ -413,3 +413,70 @@ async fn hookbox_alerts_test_reports_each_alert_and_exits_1_when_one_fails() {
     assert!(ok, "{stdout}{stderr}");
     assert_eq!(ntfy.hits().len(), 2);
 }
+
+#[test]
+fn check_hides_alert_urls_and_commands_without_secrets_skip_alerts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookbox.toml");
+    let database = dir.path().join("hookbox.db");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\ndatabase = {:?}\n{}{}",
+            database.display().to_string(),
+            alert(
+                "https://hooks.slack.com/services/T0/B0/literal-token",
+                "slack",
+                ""
+            ),
+            alert("env:HOOKBOX_TEST_ALERT_URL_UNSET", "json", ""),
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"))
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .env_remove("HOOKBOX_TEST_ALERT_URL_UNSET")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["check"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "alerts[1].url (env:HOOKBOX_TEST_ALERT_URL_UNSET): environment variable HOOKBOX_TEST_ALERT_URL_UNSET is not set"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("literal-token"), "{stderr}");
+
+    // `events` reads the database only: alerts' secrets are not needed,
+    // so it gets past the config (to find no database here).
+    let out = run(&["events"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no database") && !stderr.contains("alerts["),
+        "{stderr}"
+    );
+
+    std::fs::write(
+        &path,
+        alert(
+            "https://hooks.slack.com/services/T0/B0/literal-token",
+            "slack",
+            "",
+        ),
+    )
+    .unwrap();
+    let out = run(&["check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("[[alerts]]") && stdout.contains("url = \"[redacted]\""),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("literal-token"), "{stdout}");
+}
