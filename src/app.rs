@@ -24,6 +24,7 @@ use tracing::Instrument;
 
 use crate::activation::{self, Inherited};
 use crate::admin::{self, AdminState};
+use crate::alerts::{Alerter, Alerts};
 use crate::catchup::CatchupHandle;
 use crate::config::{Config, Secret};
 use crate::dispatch::board::{self, Board};
@@ -197,11 +198,17 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
     } = parts;
     let acceptor = tls.as_ref().map(TlsManager::acceptor).transpose()?;
     let wake = Arc::new(Notify::new());
+    let (alerts, alert_task) = Alerts::new(
+        &config,
+        store.clone(),
+        metrics.alerts(),
+        metrics.tls_expiry(),
+    )?;
     let pauses = store
         .read(crate::store::pauses::load)
         .await
         .context("reading the destinations' pauses")?;
-    let board = Arc::new(Board::restored(&pauses));
+    let board = Arc::new(Board::restored(&pauses).with_alerts(alerts.clone()));
     let dispatcher = Dispatcher::new(
         &config,
         store.clone(),
@@ -209,7 +216,8 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         wake.clone(),
         board.clone(),
         &metrics,
-    )?;
+    )?
+    .map(|d| d.with_alerts(alerts.clone()));
     // The admin API may keep a clone of `catchup` to run a pass on demand.
     let catchup = CatchupHandle::new(
         &config,
@@ -217,12 +225,20 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         writer.clone(),
         wake.clone(),
         shutdown.clone(),
-    )?;
+    )?
+    .with_alerts(alerts.clone());
     let header_timeout = config.server.header_timeout;
     let max_connections = config.server.max_connections;
     let mut tasks: Vec<(&str, JoinHandle<()>)> = Vec::new();
     if let Some(tls) = tls {
         tasks.push(("the TLS certificate task", tls.spawn(shutdown.clone())));
+    }
+    if let Some(a) = alert_task {
+        // Not supervised: a failed alert task must not stop ingest.
+        let run = a
+            .run(shutdown.clone())
+            .instrument(tracing::info_span!("alerts"));
+        tasks.push(("the alert task", tokio::spawn(run)));
     }
     if let Some(r) = refresher {
         let run = r.run(shutdown.clone());
@@ -234,14 +250,17 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
     }
     let catchup_run = catchup.clone().run(shutdown.clone());
     tasks.push(("the catch-up task", supervise(&shutdown, catchup_run)));
-    let pull = Arc::new(PullHub::new(
-        &config,
-        store.clone(),
-        writer.clone(),
-        edge.clone(),
-        board.clone(),
-        shutdown.clone(),
-    ));
+    let pull = Arc::new(
+        PullHub::new(
+            &config,
+            store.clone(),
+            writer.clone(),
+            edge.clone(),
+            board.clone(),
+            shutdown.clone(),
+        )
+        .with_alerts(alerts.clone()),
+    );
     let watch = board::watch(
         board.clone(),
         store.clone(),
@@ -257,6 +276,7 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         pull.clone(),
         &metrics,
         edge,
+        alerts,
     );
     let watchdog = notify::watchdog(writer.clone(), shutdown.clone());
     tasks.push(("the watchdog task", supervise(&shutdown, watchdog)));
@@ -348,6 +368,7 @@ fn public_router(
     pull: Arc<PullHub>,
     metrics: &Metrics,
     edge: Arc<Edge>,
+    alerts: Alerter,
 ) -> Router {
     let receiver = Receiver::new(
         config,
@@ -356,7 +377,8 @@ fn public_router(
         pull.clone(),
         metrics,
         edge,
-    );
+    )
+    .with_alerts(alerts);
     Router::new()
         .route(
             "/hooks/{source}",

@@ -2,6 +2,7 @@
 
 pub mod activation;
 pub mod admin;
+pub mod alerts;
 pub mod app;
 pub mod catchup;
 pub mod clock;

@@ -139,6 +139,16 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Alerts ([[alerts]] in the config).
+    #[command(subcommand)]
+    Alerts(AlertsCommand),
+}
+
+#[derive(clap::Subcommand)]
+enum AlertsCommand {
+    /// Send one test message to each [[alerts]] receiver and say, per
+    /// alert, whether it arrived; exit 1 if any did not.
+    Test,
 }
 
 #[derive(clap::Subcommand)]
@@ -198,7 +208,7 @@ fn main() -> ExitCode {
     // Commands that only read or copy the database need no secrets.
     let needs_secrets = matches!(
         cli.command,
-        Command::Serve | Command::Check | Command::CatchUp { .. }
+        Command::Serve | Command::Check | Command::CatchUp { .. } | Command::Alerts(_)
     );
     let loaded = if needs_secrets {
         config::load(cli.config.as_deref())
@@ -285,6 +295,7 @@ fn main() -> ExitCode {
         } => report("purge", purge(&config, older_than, source.as_deref())),
         Command::CatchUp { source, dry_run } => catch_up(&config, &source, dry_run),
         Command::Destination(cmd) => report("destination", destination(&config, cmd)),
+        Command::Alerts(AlertsCommand::Test) => alerts_test(&config),
         Command::Listen(args) => listen(*args),
         Command::Serve => match serve(config) {
             Ok(()) => ExitCode::SUCCESS,
@@ -507,6 +518,43 @@ fn catch_up(config: &Config, source: &str, dry_run: bool) -> ExitCode {
             }
         }
         Err(e) => report("catch-up", Err(e)),
+    }
+}
+
+/// `hookbox alerts test`: a line per alert, exit 1 when any failed.
+fn alerts_test(config: &Config) -> ExitCode {
+    if config.alerts.is_empty() {
+        eprintln!(
+            "hookbox alerts test: the config ({}) has no [[alerts]]",
+            config.origin
+        );
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return report("alerts test", Err(e.into())),
+    };
+    let results = match runtime.block_on(hookbox::alerts::test_all(config)) {
+        Ok(results) => results,
+        Err(e) => return report("alerts test", Err(e)),
+    };
+    let mut failed = false;
+    for (alert, result) in results {
+        match result {
+            Ok(()) => println!("{alert}: sent"),
+            Err(why) => {
+                failed = true;
+                println!("{alert}: FAILED: {why}");
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -122,6 +122,23 @@ impl EncodeLabelSet for StaticLabel {
     }
 }
 
+/// `hookbox_alert_messages_total` labels: which alert (its index in
+/// `[[alerts]]`: the URL is a secret), its format, and how sending ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct AlertLabels {
+    alert: String,
+    format: &'static str,
+    outcome: &'static str,
+}
+
+impl EncodeLabelSet for AlertLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        ("alert", self.alert.as_str()).encode(encoder.encode_label())?;
+        ("format", self.format).encode(encoder.encode_label())?;
+        ("outcome", self.outcome).encode(encoder.encode_label())
+    }
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// What the writer thread observes per group. Created by the store (which
@@ -154,6 +171,7 @@ pub struct Metrics {
     paused: Family<LaneLabels, Gauge>,
     edge: EdgeMetrics,
     tls_expiry: Gauge,
+    alerts: AlertMetrics,
 }
 
 impl Metrics {
@@ -233,6 +251,17 @@ impl Metrics {
             "Unix time the public listener's TLS certificate expires (0: none served, or plain HTTP)",
             tls_expiry.clone(),
         );
+        let alerts = AlertMetrics::default();
+        registry.register(
+            "alert_messages",
+            "Alert messages by alert (its index in [[alerts]]), format and outcome (sent, or failed after every retry)",
+            alerts.messages.clone(),
+        );
+        registry.register(
+            "alert_notices_dropped",
+            "Alert notices dropped because the alert queue was full (ingest and dispatch never wait for it)",
+            alerts.dropped.clone(),
+        );
         Metrics {
             registry,
             received,
@@ -242,7 +271,13 @@ impl Metrics {
             paused,
             edge,
             tls_expiry,
+            alerts,
         }
+    }
+
+    /// The alert task's handles.
+    pub fn alerts(&self) -> AlertMetrics {
+        self.alerts.clone()
     }
 
     /// The handles of one source's receive route, created now so a request
@@ -399,6 +434,38 @@ impl EdgeMetrics {
                 value: set,
             })
             .set(i64::try_from(ranges).unwrap_or(i64::MAX));
+    }
+}
+
+/// What the alerts count; cheap to clone. Messages are few: their label
+/// is built per message.
+#[derive(Clone, Debug, Default)]
+pub struct AlertMetrics {
+    messages: Family<AlertLabels, Counter>,
+    dropped: Counter,
+}
+
+impl AlertMetrics {
+    fn message(&self, alert: usize, format: crate::config::Format, outcome: &'static str) {
+        self.messages
+            .get_or_create(&AlertLabels {
+                alert: alert.to_string(),
+                format: format.as_str(),
+                outcome,
+            })
+            .inc();
+    }
+
+    pub fn sent(&self, alert: usize, format: crate::config::Format) {
+        self.message(alert, format, "sent");
+    }
+
+    pub fn failed(&self, alert: usize, format: crate::config::Format) {
+        self.message(alert, format, "failed");
+    }
+
+    pub fn dropped(&self) {
+        self.dropped.inc();
     }
 }
 

@@ -323,6 +323,8 @@ pub struct CatchupHandle {
     /// Passes started on demand stop at their next step when the server
     /// stops, like scheduled ones.
     shutdown: CancellationToken,
+    /// Told of scheduled passes that fail (one on demand has its caller).
+    alerts: crate::alerts::Alerter,
 }
 
 impl CatchupHandle {
@@ -342,7 +344,14 @@ impl CatchupHandle {
             runner: Arc::new(runner),
             jobs: Arc::new(jobs(config)),
             shutdown,
+            alerts: crate::alerts::Alerter::default(),
         })
+    }
+
+    /// Tells `alerts` of scheduled passes that fail.
+    pub fn with_alerts(mut self, alerts: crate::alerts::Alerter) -> Self {
+        self.alerts = alerts;
+        self
     }
 
     /// The sources that have a catch-up job.
@@ -370,7 +379,8 @@ impl CatchupHandle {
         for job in self.jobs.iter().cloned() {
             let span = tracing::info_span!("catchup", source = %job.source, job = job.name());
             let runner = self.runner.clone();
-            tasks.spawn(schedule(runner, job, shutdown.clone()).instrument(span));
+            let alerts = self.alerts.clone();
+            tasks.spawn(schedule(runner, job, alerts, shutdown.clone()).instrument(span));
         }
         drop(self);
         while tasks.join_next().await.is_some() {}
@@ -379,7 +389,12 @@ impl CatchupHandle {
 
 /// One job's loop: a pass at start-up when the last successful one is older
 /// than the interval (or there is none), then one every interval.
-async fn schedule(runner: Arc<Runner>, job: Job, shutdown: CancellationToken) {
+async fn schedule(
+    runner: Arc<Runner>,
+    job: Job,
+    alerts: crate::alerts::Alerter,
+    shutdown: CancellationToken,
+) {
     let interval = job.interval();
     let (source, name) = (job.source.clone(), job.name());
     let last = runner
@@ -406,6 +421,10 @@ async fn schedule(runner: Arc<Runner>, job: Job, shutdown: CancellationToken) {
             () = tokio::time::sleep_until(next) => {}
         }
         let report = run_once(&runner, &job, false, &shutdown).await;
+        // A pass cut short by shutdown is not a failure worth a message.
+        if let Some(error) = report.error.as_deref().filter(|_| !shutdown.is_cancelled()) {
+            alerts.catchup_failed(&job.source, job.name(), error);
+        }
         let wait = if report.busy {
             BUSY_RETRY.min(interval)
         } else {

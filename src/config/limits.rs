@@ -164,6 +164,17 @@ pub const STRIPE_INTERVAL: DurationLimit = duration(
 pub const STRIPE_OVERLAP: DurationLimit =
     duration("sources.stripe_backfill.overlap", Duration::ZERO, DAY);
 
+/// An alert's repeats are folded for at least a second (tests use that);
+/// more than a day apart, a reminder is no longer one.
+pub const ALERT_MIN_INTERVAL: DurationLimit = duration("alerts.min_interval", SECOND, DAY);
+/// A second is already "anything pending"; past 30 days, the events it
+/// waits for are older than Stripe keeps them.
+pub const ALERT_BACKLOG_AGE: DurationLimit = duration(
+    "alerts.backlog_age",
+    SECOND,
+    Duration::from_secs(30 * 24 * 3600),
+);
+
 /// Every duration key.
 pub const DURATIONS: &[DurationLimit] = &[
     HEADER_TIMEOUT,
@@ -184,6 +195,8 @@ pub const DURATIONS: &[DurationLimit] = &[
     GITHUB_PACE,
     STRIPE_INTERVAL,
     STRIPE_OVERLAP,
+    ALERT_MIN_INTERVAL,
+    ALERT_BACKLOG_AGE,
 ];
 
 /// Ten times GitHub's 25 MiB cap, and all of the memory the bodies being
@@ -229,6 +242,11 @@ pub const PULL_MAX_BYTES: CountLimit = count("sources.deliver.pull.max_bytes", 1
 pub const DELIVER_BREAKER_FAILURES: CountLimit =
     count("sources.deliver.breaker_failures", 0, 10_000);
 
+/// One refusal already alerts; a million within 10 min is a flood that the
+/// edge's failure limit answers first.
+pub const ALERT_REJECTIONS_THRESHOLD: CountLimit =
+    count("alerts.rejections_threshold", 1, 1_000_000);
+
 /// Every count key.
 pub const COUNTS: &[CountLimit] = &[
     MAX_BODY_BYTES,
@@ -247,6 +265,7 @@ pub const COUNTS: &[CountLimit] = &[
     DELIVER_CONCURRENCY,
     DELIVER_BREAKER_FAILURES,
     PULL_MAX_BYTES,
+    ALERT_REJECTIONS_THRESHOLD,
 ];
 
 /// Integer keys that are identifiers, not amounts: nothing is counted or

@@ -12,6 +12,7 @@
 //! environment.
 
 mod admin;
+mod alerts;
 mod catchup;
 mod deliver;
 mod duration;
@@ -31,6 +32,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use admin::{AdminConfig, RawAdmin};
+pub use alerts::{AlertConfig, Condition, Format, RawAlert, SigningKey};
 pub use catchup::{
     AppId, GithubRedeliveryConfig, HookTarget, RawGithubRedelivery, RawStripeBackfill,
     StripeBackfillConfig,
@@ -65,6 +67,9 @@ pub struct RawConfig {
     pub edge: RawEdge,
     #[serde(default)]
     pub sources: Vec<RawSource>,
+    /// Where to send a message when something needs a person.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<RawAlert>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -331,6 +336,7 @@ pub struct Config {
     /// `None`: the public listener speaks plain HTTP.
     pub tls: Option<TlsConfig>,
     pub sources: Vec<SourceConfig>,
+    pub alerts: Vec<AlertConfig>,
     /// Where this config came from, for logs and `hookbox check`.
     pub origin: String,
     /// Sources of the embedded default left off for want of a secret,
@@ -435,6 +441,8 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
     load_with(path, |mut raw| {
         raw.admin.token = None;
         raw.server.tls = None;
+        // Alerts are only sent by `serve` and `hookbox alerts test`.
+        raw.alerts.clear();
         for source in &mut raw.sources {
             for secret in &mut source.secrets {
                 *secret = placeholder_secret(source.kind).to_owned();
@@ -603,6 +611,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
     let admin = admin::validate(&raw.admin, &mut problems);
     let edge = edge::validate(&raw.edge, server, &mut problems);
     let tls = tls::validate(server.tls.as_ref(), &server.database, &mut problems);
+    let alerts = alerts::validate(&raw.alerts, &mut problems);
 
     let mut names = HashSet::new();
     let mut sources = Vec::new();
@@ -633,6 +642,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
             edge,
             tls,
             sources,
+            alerts,
             origin,
             disabled_defaults: Vec::new(),
             raw,
@@ -960,21 +970,24 @@ impl Config {
     /// whichever config is in use.
     pub fn secret_env(&self) -> Vec<String> {
         let raw = &self.raw;
-        let references = raw
-            .sources
-            .iter()
-            .flat_map(|s| {
-                let redelivery = s.github_redelivery.as_ref();
-                s.secrets
-                    .iter()
-                    .map(String::as_str)
-                    .chain(s.deliver.iter().filter_map(|d| d.signing_secret.as_deref()))
-                    .chain(redelivery.and_then(|g| g.token.as_deref()))
-                    .chain(redelivery.and_then(|g| g.private_key.as_deref()))
-                    .chain(s.stripe_backfill.as_ref().map(|b| b.api_key.as_str()))
-                    .chain(s.verify_token.as_deref())
-            })
-            .chain(raw.admin.token.as_deref());
+        let references =
+            raw.sources
+                .iter()
+                .flat_map(|s| {
+                    let redelivery = s.github_redelivery.as_ref();
+                    s.secrets
+                        .iter()
+                        .map(String::as_str)
+                        .chain(s.deliver.iter().filter_map(|d| d.signing_secret.as_deref()))
+                        .chain(redelivery.and_then(|g| g.token.as_deref()))
+                        .chain(redelivery.and_then(|g| g.private_key.as_deref()))
+                        .chain(s.stripe_backfill.as_ref().map(|b| b.api_key.as_str()))
+                        .chain(s.verify_token.as_deref())
+                })
+                .chain(raw.admin.token.as_deref())
+                .chain(raw.alerts.iter().flat_map(|a| {
+                    std::iter::once(a.url.as_str()).chain(a.signing_secret.as_deref())
+                }));
         let mut names: Vec<String> = references
             .filter_map(|r| r.strip_prefix("env:"))
             .chain(EMBEDDED_SOURCES.iter().map(|(_, var)| *var))
@@ -990,6 +1003,7 @@ impl Config {
     pub fn redacted_toml(&self) -> String {
         let mut raw = self.raw.clone();
         admin::redact(&mut raw.admin);
+        raw.alerts.iter_mut().for_each(alerts::redact);
         for src in &mut raw.sources {
             for s in &mut src.secrets {
                 *s = secret::describe(s);

@@ -738,6 +738,9 @@ fn full_table() -> toml::Table {
         secrets = ["s"]
         stripe_backfill = {{ api_key = "k" }}
         deliver = {{ pull = {{ token = "pull-token-0123456789" }} }}
+        [[alerts]]
+        url = "https://hooks.slack.com/services/T0/B0/x"
+        format = "slack"
         "#
     ))
     .unwrap()
@@ -885,7 +888,10 @@ fn absurd_durations_and_counts_are_all_refused_at_once() {
                 format!("sources[1] (\"stripe\").{rest}: ")
             }
             Some(rest) => format!("sources[0] (\"github\").{rest}: "),
-            None => format!("{key}: "),
+            None => match key.strip_prefix("alerts.") {
+                Some(rest) => format!("alerts[0].{rest}: "),
+                None => format!("{key}: "),
+            },
         };
         assert!(
             p.iter()

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::alerts::Alerter;
 use crate::pull::PullHub;
 use crate::store::Store;
 use crate::store::pauses::{self, Cause, Pause};
@@ -66,6 +67,8 @@ pub struct Board {
     /// only when it changed, and [`watch`] never applies a reading older
     /// than a change made meanwhile.
     generation: AtomicU64,
+    /// Told of each new pause by hand (the dispatcher tells of breakers').
+    alerts: Alerter,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -99,6 +102,12 @@ impl Board {
             }
         }
         board
+    }
+
+    /// Tells `alerts` of pauses by hand from now on.
+    pub fn with_alerts(mut self, alerts: Alerter) -> Self {
+        self.alerts = alerts;
+        self
     }
 
     /// Sets a destination's breaker state.
@@ -142,6 +151,9 @@ impl Board {
         };
         if changed {
             self.generation.fetch_add(1, Ordering::AcqRel);
+            if since.is_some() {
+                self.alerts.paused(source, destination, "manual");
+            }
         }
         changed
     }
@@ -153,6 +165,9 @@ impl Board {
         let mut manual = lock(&self.manual);
         if self.generation() != seen || *manual == stored {
             return false;
+        }
+        for (source, destination) in stored.keys().filter(|k| !manual.contains_key(*k)) {
+            self.alerts.paused(source, destination, "manual");
         }
         *manual = stored;
         self.generation.fetch_add(1, Ordering::AcqRel);

@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use super::board::{Board, Status};
 use super::breaker::{Breaker, Change, May, Verdict};
 use super::{Attempt, Deliverer, Job, Outcome, backoff};
+use crate::alerts::Alerter;
 use crate::clock;
 use crate::config::{Config, DeliverConfig};
 use crate::metrics::{AttemptOutcome, LaneMetrics, Metrics};
@@ -126,6 +127,8 @@ pub struct Dispatcher {
     persist: tokio::sync::mpsc::UnboundedSender<PauseOp>,
     persisted: Option<tokio::sync::mpsc::UnboundedReceiver<PauseOp>>,
     lease: Duration,
+    /// Told of deliveries going dead and of breakers pausing.
+    alerts: Alerter,
 }
 
 /// Lane `i`'s part of a claim, taking up to `limit` deliveries.
@@ -210,7 +213,14 @@ impl Dispatcher {
             persist,
             persisted: Some(persisted),
             lease: wait.saturating_add(LEASE_MARGIN),
+            alerts: Alerter::default(),
         }))
+    }
+
+    /// Tells `alerts` of deliveries going dead and of breakers pausing.
+    pub fn with_alerts(mut self, alerts: Alerter) -> Self {
+        self.alerts = alerts;
+        self
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
@@ -437,6 +447,7 @@ impl Dispatcher {
                 tracing::warn!(%source, %destination, probe_in_ms = wait.as_millis() as u64,
                     "destination paused: it keeps failing (or asked to wait); probing it before sending more");
                 lane.metrics.paused(true);
+                self.alerts.paused(&source, &destination, "breaker");
                 let queued: Vec<Lease> = lane.queued.drain(..).map(|c| c.lease()).collect();
                 self.give_back(queued);
             }
@@ -611,6 +622,7 @@ impl Dispatcher {
         let metrics = lane.metrics.clone();
         let writer = self.writer.clone();
         let store = self.store.clone();
+        let alerts = self.alerts.clone();
         async move {
             let lease = claimed.lease();
             let started_at = clock::now_ms();
@@ -653,9 +665,21 @@ impl Dispatcher {
                 error: attempt.error,
                 counted: !(probe && matches!(settled, Settled::Retry(_))),
             };
-            if let Err(e) = writer.record(record, now).await {
-                tracing::warn!(event.id = job.event_id, destination = %job.destination, error = %e,
-                    "cannot record the attempt; it will be made again when its lease runs out");
+            let error = record.error.clone();
+            match writer.record(record, now).await {
+                Ok(()) if settled == Settled::Dead => {
+                    alerts.dead(
+                        &job.source,
+                        &job.destination,
+                        job.event_id,
+                        error.as_deref(),
+                    );
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::warn!(event.id = job.event_id, destination = %job.destination, error = %e,
+                    "cannot record the attempt; it will be made again when its lease runs out")
+                }
             }
             Some(verdict(attempt.outcome, attempt.status))
         }

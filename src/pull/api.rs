@@ -471,11 +471,15 @@ async fn settle(
     let (body, leases) = leases_of(body)?;
     let now = clock::now_ms();
     let (max_attempts, base, cap) = (lane.max_attempts, lane.backoff_base, lane.backoff_cap);
+    // Counted as `decide` calls it, once per lease still held.
+    let died = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let dying = died.clone();
     let (decide, error): (Arc<dyn Fn(u32) -> Settled + Send + Sync>, _) = match verdict {
         Verdict::Ack => (Arc::new(|_| Settled::Delivered), None),
         Verdict::Nack => (
             Arc::new(move |attempt| {
                 if attempt >= max_attempts {
+                    dying.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Settled::Dead;
                 }
                 let wait = backoff::next(attempt, None, base, cap, &mut fastrand::f64);
@@ -495,6 +499,8 @@ async fn settle(
         .map_err(unavailable)?;
     // The next delivery of a key may be free now, or a retry due.
     lane.wake.notify_one();
+    let died = died.load(std::sync::atomic::Ordering::Relaxed);
+    hub.alerts.dead_many(&lane.source, &lane.destination, died);
     let stale: Vec<&String> = body
         .leases
         .iter()

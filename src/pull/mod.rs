@@ -84,6 +84,8 @@ pub struct PullHub {
     /// Ends waiting takes at shutdown: they answer what they have (none)
     /// rather than hold the server's drain.
     shutdown: tokio_util::sync::CancellationToken,
+    /// Told of deliveries a nack made dead.
+    alerts: crate::alerts::Alerter,
 }
 
 impl PullHub {
@@ -131,7 +133,14 @@ impl PullHub {
             waiting: Mutex::new(HashMap::new()),
             max_waiting: config.edge.max_client_long_polls,
             shutdown,
+            alerts: crate::alerts::Alerter::default(),
         }
+    }
+
+    /// Tells `alerts` of deliveries a nack makes dead.
+    pub fn with_alerts(mut self, alerts: crate::alerts::Alerter) -> Self {
+        self.alerts = alerts;
+        self
     }
 
     /// Whether `source` has a pull destination (the receiver skips

@@ -325,6 +325,8 @@ pub struct Receiver {
     unknown: SourceMetrics,
     /// Client address, allowlists, the failure limit and the body budget.
     edge: Arc<Edge>,
+    /// Counts refused signatures and refused writes (atomics only).
+    alerts: crate::alerts::Alerter,
 }
 
 impl Receiver {
@@ -354,7 +356,14 @@ impl Receiver {
             pull,
             unknown: metrics.unknown_source(),
             edge,
+            alerts: crate::alerts::Alerter::default(),
         }
+    }
+
+    /// Tells `alerts` of refused signatures and refused writes.
+    pub fn with_alerts(mut self, alerts: crate::alerts::Alerter) -> Self {
+        self.alerts = alerts;
+        self
     }
 }
 
@@ -413,6 +422,9 @@ pub async fn receive(
     // like a forged signature.
     if let Err(ApiError::Unverified(_) | ApiError::BodyTimeout) = &answer {
         rx.edge.failed(client);
+    }
+    if let Err(ApiError::Unverified(_)) = &answer {
+        rx.alerts.rejected(&source.name);
     }
     let took = started.elapsed();
     match &answer {
@@ -569,6 +581,7 @@ async fn handle(
             if matches!(e, StoreError::Overloaded) {
                 tracing::warn!(source = %source.name, "writer queue full; answering 503");
             }
+            rx.alerts.refused_write();
             Err(ApiError::Unavailable)
         }
     }

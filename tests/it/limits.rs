@@ -55,7 +55,7 @@ const STRIPE_SECRET: &str = "whsec_limits";
 /// a command destination and redelivery, a stripe source with backfill and
 /// a pull destination, a
 /// source allowing the `"github"` IP set (so the set refresher runs), TLS
-/// from files, snapshots. Every API is a port nobody listens on.
+/// from files, snapshots, an alert. Every API is a port nobody listens on.
 fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
     let nowhere = format!("http://{}", free_addr());
     toml::from_str(&format!(
@@ -86,6 +86,9 @@ fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
         kind = "shopify"
         secrets = ["s"]
         allow_ips = ["github"]
+        [[alerts]]
+        url = "{nowhere}/alert"
+        format = "slack"
         "#,
         cert = tls.cert.display().to_string(),
         key = tls.key.display().to_string(),
@@ -123,7 +126,10 @@ fn shown(key: &str) -> String {
             format!("sources[1] (\"stripe\").{rest}")
         }
         Some(rest) => format!("sources[0] (\"github\").{rest}"),
-        None => key.to_owned(),
+        None => match key.strip_prefix("alerts.") {
+            Some(rest) => format!("alerts[0].{rest}"),
+            None => key.to_owned(),
+        },
     }
 }
 

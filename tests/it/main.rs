@@ -1,5 +1,6 @@
 mod acme;
 mod admin;
+mod alerts;
 mod backup;
 mod catchup;
 mod cli;

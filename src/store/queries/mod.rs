@@ -24,7 +24,7 @@ mod stats;
 
 pub use stats::{
     CatchupRun, DestinationStats, Known, LaneCount, MetricsSnapshot, SourceStats, catchup_runs,
-    lane_counts, last_catchup_runs, metrics_snapshot, source_stats,
+    lane_counts, last_catchup_runs, metrics_snapshot, oldest_pending, source_stats,
 };
 
 /// The states an event can be in, in the order the API lists them.

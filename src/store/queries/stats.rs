@@ -119,6 +119,16 @@ fn pending_by_lane(conn: &Connection) -> anyhow::Result<Vec<(String, String, i64
         .context("counting pending deliveries")
 }
 
+/// The lane and arrival time (unix ms) of the event of the oldest pending
+/// delivery, for the `backlog` alert; through `deliveries_due` as
+/// [`pending`] is.
+pub fn oldest_pending(conn: &Connection) -> anyhow::Result<Option<(String, String, i64)>> {
+    Ok(pending_by_lane(conn)?
+        .into_iter()
+        .min_by_key(|(_, _, _, oldest)| *oldest)
+        .map(|(source, destination, _, oldest)| (source, destination, oldest)))
+}
+
 const PENDING_BY_LANE: &str = "SELECT d.source, d.destination, count(*), min(e.received_at)
      FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
      WHERE d.state = 'pending' GROUP BY d.source, d.destination";
