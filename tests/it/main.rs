@@ -22,6 +22,7 @@ mod hostile;
 mod limits;
 mod listen;
 mod load;
+mod manual;
 mod metrics;
 mod one_server;
 mod protect;
