@@ -25,6 +25,7 @@ mod load;
 mod manual;
 mod metrics;
 mod one_server;
+mod package;
 mod protect;
 mod pull;
 mod quick_start;
