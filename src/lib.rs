@@ -13,6 +13,7 @@ pub mod error;
 pub mod health;
 pub mod listen;
 pub mod maintenance;
+pub mod manual;
 pub mod metrics;
 pub mod notify;
 pub mod outbound;

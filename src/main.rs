@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use hookbox::app::App;
@@ -142,6 +142,20 @@ enum Command {
     /// Alerts ([[alerts]] in the config).
     #[command(subcommand)]
     Alerts(AlertsCommand),
+    /// Print the man page hookbox.1, generated from these definitions; or,
+    /// with --out-dir, write it and one page per command (hookbox-serve.1,
+    /// ...) there.
+    Man {
+        /// Write every page into this directory instead of printing one.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
+    /// Print the tab-completion script for SHELL, e.g. `hookbox completions
+    /// bash > /etc/bash_completion.d/hookbox`.
+    Completions {
+        #[arg(value_enum)]
+        shell: hookbox::manual::Shell,
+    },
 }
 
 #[derive(clap::Subcommand)]
@@ -204,6 +218,13 @@ fn main() -> ExitCode {
     // A client of another hookbox: no config, no database.
     if let Command::Listen(args) = cli.command {
         return listen(*args);
+    }
+    // Documentation of the CLI itself: no config either.
+    if let Command::Man { out_dir } = &cli.command {
+        return report("man", man(out_dir.as_deref()));
+    }
+    if let Command::Completions { shell } = cli.command {
+        return completions(shell);
     }
     // Commands that only read or copy the database need no secrets.
     let needs_secrets = matches!(
@@ -297,6 +318,8 @@ fn main() -> ExitCode {
         Command::Destination(cmd) => report("destination", destination(&config, cmd)),
         Command::Alerts(AlertsCommand::Test) => alerts_test(&config),
         Command::Listen(args) => listen(*args),
+        Command::Man { out_dir } => report("man", man(out_dir.as_deref())),
+        Command::Completions { shell } => completions(shell),
         Command::Serve => match serve(config) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -305,6 +328,26 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+fn man(out_dir: Option<&Path>) -> anyhow::Result<()> {
+    match out_dir {
+        None => hookbox::manual::write_main_page(Cli::command(), &mut std::io::stdout().lock()),
+        Some(dir) => {
+            for path in hookbox::manual::write_pages(Cli::command(), dir)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(())
+        }
+    }
+}
+
+fn completions(shell: hookbox::manual::Shell) -> ExitCode {
+    let out = &mut std::io::stdout().lock();
+    report(
+        "completions",
+        hookbox::manual::write_completions(Cli::command(), shell, out),
+    )
 }
 
 fn listen(args: ListenArgs) -> ExitCode {

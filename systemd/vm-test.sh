@@ -5,6 +5,19 @@
 # promises the README and SECURITY.md make about it.
 #
 #   sudo systemd/vm-test.sh          # from the project root; exit 0 = all PASS
+#   sudo HOOKBOX_VM_MODE=deb systemd/vm-test.sh   # the Debian package instead
+#
+# HOOKBOX_VM_MODE=deb tests the .deb instead (systemd/vm-test-deb-guest.sh,
+# about 20 checks): `cargo deb` builds hookbox_VERSION-1 and, from the same
+# binary, hookbox_VERSION-2; the guest runs README.md's "From the Debian
+# package" block as written (apt install ./hookbox_*.deb, one secret,
+# hookbox check, systemctl enable --now), checks what the package installed
+# and left alone (not enabled or started before that), a signed delivery,
+# `man hookbox` and bash completion, then upgrades to -2 with an edit in
+# the conffile (the service is restarted onto the new package, the edit
+# and the event survive), and purges (the database and the secrets stay,
+# and purge says so). Its Debian root adds man-db and bash-completion.
+# Everything below describes the default mode.
 #
 # What it does:
 #   1. cargo build --release --locked (the binary the README installs).
@@ -52,7 +65,9 @@
 # Knobs: HOOKBOX_VM_DIR, HOOKBOX_VM_TIMEOUT (seconds, default 1200),
 # HOOKBOX_VM_MIRROR, HOOKBOX_VM_ACCEL (tcg or kvm), HOOKBOX_VM_REBUILD=1
 # (throw the cached root file system away first), HOOKBOX_VM_NO_BUILD=1
-# (test the existing target/release/hookbox instead of building).
+# (test the existing target/release/hookbox instead of building; in deb
+# mode, package it with `cargo deb --no-build`), HOOKBOX_VM_MODE (source,
+# the default, or deb; deb needs cargo-deb: cargo install --locked cargo-deb).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."            # the project root, wherever we are run from
@@ -60,6 +75,7 @@ VM_DIR=${HOOKBOX_VM_DIR:-/var/tmp/hookbox-vm}
 TIMEOUT=${HOOKBOX_VM_TIMEOUT:-1200}
 MIRROR=${HOOKBOX_VM_MIRROR:-http://deb.debian.org/debian}
 ACCEL=${HOOKBOX_VM_ACCEL:-tcg}
+MODE=${HOOKBOX_VM_MODE:-source}
 ROOTFS=$VM_DIR/rootfs
 RUN=$VM_DIR/run
 start=$(date +%s)
@@ -68,6 +84,9 @@ say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'vm-test: %s\n' "$*" >&2; exit 2; }
 
 ((EUID == 0)) || die "run as root (debootstrap and the guest image need it)"
+[[ $MODE == source || $MODE == deb ]] || die "HOOKBOX_VM_MODE is source or deb, not '$MODE'"
+[[ $MODE == source ]] || cargo deb --version >/dev/null 2>&1 ||
+    die "HOOKBOX_VM_MODE=deb needs cargo-deb: cargo install --locked cargo-deb"
 for tool in debootstrap qemu-system-x86_64 mkfs.ext4 cargo timeout; do
     command -v "$tool" >/dev/null ||
         die "$tool not found; on Debian: apt-get install debootstrap qemu-system-x86 e2fsprogs"
@@ -81,6 +100,16 @@ else
     say "cargo build --release --locked"
     cargo build --release --locked
 fi
+if [[ $MODE == deb ]]; then
+    # The package the guest installs, then the same binary packaged again
+    # with the next Debian revision: the upgrade it goes through.
+    say "cargo deb: hookbox_*-1 and, for the upgrade, hookbox_*-2"
+    rm -rf target/vm-test-debs
+    mkdir -p target/vm-test-debs/install target/vm-test-debs/upgrade
+    cargo deb --locked --no-build --output target/vm-test-debs/install/
+    cargo deb --locked --no-build --deb-revision 2 --output target/vm-test-debs/upgrade/
+    rm -f target/vm-test-debs/*/*.ddeb    # the debug symbols stay on the host
+fi
 
 # --- 2. A cached, never-booted Debian root --------------------------------------
 # Only what a small Debian server has plus what the README's steps use: sudo
@@ -90,6 +119,9 @@ fi
 # ca-certificates is the README's own first step (`apt-get install`), done
 # here because the guest has no network; see the README extraction below.
 PACKAGES=systemd,systemd-sysv,dbus,sudo,curl,openssl,procps,linux-image-amd64,ca-certificates
+# What `man hookbox` and tab completion need, which a minimal server may
+# lack (the package only ships the files).
+[[ $MODE == source ]] || PACKAGES+=,man-db,bash-completion
 # The cache is keyed on the package list, so changing it builds a new root.
 ROOTFS=$ROOTFS-$(md5sum <<<"$PACKAGES" | cut -c1-8)
 if [[ ${HOOKBOX_VM_REBUILD:-} == 1 || ! -e $ROOTFS/.complete ]]; then
@@ -113,48 +145,65 @@ rm -f "$RUN/root/.complete"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\thookbox-vm\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
     >"$RUN/root/etc/hosts"
 payload=$RUN/root/root/hookbox-vm
-mkdir -p "$payload/project/target/release" "$payload/project/systemd"
-# Laid out like the project root, since the README's commands use paths
-# relative to it (target/release/hookbox, systemd/hookbox.service).
-install -m 0755 "$BIN" "$payload/project/target/release/hookbox"
-install -m 0644 systemd/hookbox.service "$payload/project/systemd/hookbox.service"
-install -m 0644 systemd/hookbox.socket "$payload/project/systemd/hookbox.socket"
-install -m 0755 systemd/vm-test-guest.sh "$payload/guest.sh"
+if [[ $MODE == deb ]]; then
+    mkdir -p "$payload/install" "$payload/upgrade"
+    cp target/vm-test-debs/install/hookbox_*.deb "$payload/install/"
+    cp target/vm-test-debs/upgrade/hookbox_*.deb "$payload/upgrade/"
+    install -m 0755 systemd/vm-test-deb-guest.sh "$payload/guest.sh"
+    # README.md's "From the Debian package" block, as written, minus
+    # `journalctl -f` (follows for ever).
+    awk '/^From the Debian package/ { want = 1; next }
+         want && /^```sh/ { inside = 1; next }
+         inside && /^```/ { exit }
+         inside' README.md | grep -v '^journalctl .*-f' >"$payload/readme-deb-steps.sh"
+    grep -q '^sudo apt install \./hookbox_\*\.deb$' "$payload/readme-deb-steps.sh" ||
+        die "could not find the package steps (sudo apt install ./hookbox_*.deb) in README.md"
+    say "README package steps the guest runs:"
+    sed 's/^/    /' "$payload/readme-deb-steps.sh" >&2
+else
+    mkdir -p "$payload/project/target/release" "$payload/project/systemd"
+    # Laid out like the project root, since the README's commands use paths
+    # relative to it (target/release/hookbox, systemd/hookbox.service).
+    install -m 0755 "$BIN" "$payload/project/target/release/hookbox"
+    install -m 0644 systemd/hookbox.service "$payload/project/systemd/hookbox.service"
+    install -m 0644 systemd/hookbox.socket "$payload/project/systemd/hookbox.socket"
+    install -m 0755 systemd/vm-test-guest.sh "$payload/guest.sh"
 
-# The README's "Step by step, on Debian" block, as written, minus three
-# lines that cannot run in the guest: `apt-get install` (the guest is offline;
-# the packages it names are in the debootstrap list above), the build (done
-# above, on the host: the guest has no Rust toolchain) and `journalctl -f`
-# (follows for ever).
-awk '/^Step by step, on Debian/ { want = 1; next }
-     want && /^```sh/ { inside = 1; next }
-     inside && /^```/ { exit }
-     inside' README.md |
-    grep -v -e '^sudo apt-get install' -e '^cargo build' -e '^journalctl .*-f' >"$payload/readme-steps.sh"
-[[ -s $payload/readme-steps.sh ]] || die "could not find the systemd steps in README.md"
-say "README steps the guest runs:"
-sed 's/^/    /' "$payload/readme-steps.sh" >&2
+    # The README's "Step by step, on Debian" block, as written, minus three
+    # lines that cannot run in the guest: `apt-get install` (the guest is offline;
+    # the packages it names are in the debootstrap list above), the build (done
+    # above, on the host: the guest has no Rust toolchain) and `journalctl -f`
+    # (follows for ever).
+    awk '/^Step by step, on Debian/ { want = 1; next }
+         want && /^```sh/ { inside = 1; next }
+         inside && /^```/ { exit }
+         inside' README.md |
+        grep -v -e '^sudo apt-get install' -e '^cargo build' -e '^journalctl .*-f' >"$payload/readme-steps.sh"
+    [[ -s $payload/readme-steps.sh ]] || die "could not find the systemd steps in README.md"
+    say "README steps the guest runs:"
+    sed 's/^/    /' "$payload/readme-steps.sh" >&2
 
-# Then, after the checks of the plain install: the README's "Socket
-# activation" block, as written, and the drop-in of the ACME setup's step 3
-# ("Let the service have port 443"), which the guest tries with and without
-# its PrivateUsers=no line.
-awk '/^\*\*Socket activation\*\*/ { want = 1; next }
-     want && /^```sh/ { inside = 1; next }
-     inside && /^```/ { exit }
-     inside' README.md >"$payload/readme-socket.sh"
-grep -q 'hookbox.socket' "$payload/readme-socket.sh" ||
-    die "could not find the socket activation steps in README.md"
-awk '/^3\. Let the service have port 443/ { want = 1; next }
-     want && /^ *```ini/ { inside = 1; next }
-     inside && /^ *```/ { exit }
-     inside' README.md | sed 's/^ *//' >"$payload/readme-port443.ini"
-grep -q '^AmbientCapabilities=CAP_NET_BIND_SERVICE' "$payload/readme-port443.ini" ||
-    die "could not find the port 443 drop-in (ACME step 3) in README.md"
-say "README socket activation steps the guest runs:"
-sed 's/^/    /' "$payload/readme-socket.sh" >&2
-say "README port 443 drop-in the guest tries:"
-sed 's/^/    /' "$payload/readme-port443.ini" >&2
+    # Then, after the checks of the plain install: the README's "Socket
+    # activation" block, as written, and the drop-in of the ACME setup's step 3
+    # ("Let the service have port 443"), which the guest tries with and without
+    # its PrivateUsers=no line.
+    awk '/^\*\*Socket activation\*\*/ { want = 1; next }
+         want && /^```sh/ { inside = 1; next }
+         inside && /^```/ { exit }
+         inside' README.md >"$payload/readme-socket.sh"
+    grep -q 'hookbox.socket' "$payload/readme-socket.sh" ||
+        die "could not find the socket activation steps in README.md"
+    awk '/^3\. Let the service have port 443/ { want = 1; next }
+         want && /^ *```ini/ { inside = 1; next }
+         inside && /^ *```/ { exit }
+         inside' README.md | sed 's/^ *//' >"$payload/readme-port443.ini"
+    grep -q '^AmbientCapabilities=CAP_NET_BIND_SERVICE' "$payload/readme-port443.ini" ||
+        die "could not find the port 443 drop-in (ACME step 3) in README.md"
+    say "README socket activation steps the guest runs:"
+    sed 's/^/    /' "$payload/readme-socket.sh" >&2
+    say "README port 443 drop-in the guest tries:"
+    sed 's/^/    /' "$payload/readme-port443.ini" >&2
+fi
 
 # The harness: a oneshot unit started once the system is up; its output goes
 # to the second serial port (ttyS1 = results.log on the host); it powers the

@@ -63,7 +63,16 @@ pub fn resolve(reference: &str) -> Result<Secret, String> {
         if name.is_empty() || name.contains('/') {
             return Err(format!("credential name {name:?} is not a plain file name"));
         }
-        read_secret_file(&Path::new(&dir).join(name))?
+        let value = read_secret_file(&Path::new(&dir).join(name))?;
+        if value.is_empty() {
+            // The Debian package creates the credential files the unit
+            // names empty, for the admin to fill in: say which one.
+            return Err(format!(
+                "credential {name} is empty: write the secret to the file the unit's \
+                 LoadCredential={name}: line names (/etc/hookbox/credentials/{name} as shipped)"
+            ));
+        }
+        value
     } else {
         reference.to_owned()
     };

@@ -119,7 +119,11 @@ fn unit_under_test(dir: &Path) -> std::path::PathBuf {
         "/systemd/hookbox.service"
     ))
     .unwrap();
-    let unit = shipped.replace("/usr/local/bin/hookbox", env!("CARGO_BIN_EXE_hookbox"));
+    let unit = shipped.replace(
+        "ExecStart=hookbox ",
+        &format!("ExecStart={} ", env!("CARGO_BIN_EXE_hookbox")),
+    );
+    assert_ne!(unit, shipped, "no ExecStart=hookbox in the unit");
     let path = dir.join("hookbox.service");
     std::fs::write(&path, unit).unwrap();
     path
