@@ -10,6 +10,8 @@
 #   SCENARIOS="deliver deliver2 deliver_idle" bench/run.sh   # only the delivery scenarios
 #   PULL=1 bench/run.sh                # also the pull scenarios
 #   SCENARIOS=pull_latency RUNS=1 bench/run.sh   # one of them
+#   OUTAGE=1 bench/run.sh              # also the outage scenarios (minutes each)
+#   SCENARIOS="outage outage_before" RUNS=3 bench/run.sh   # only them
 #
 # Scenarios: new (unique ids), dup90 / dupNN (NN % resent ids), deliver (as
 # new, with a url destination answering 204 at once: delivered/s, receipt-to-
@@ -31,6 +33,24 @@
 # long-polls held open for DURATION each; then events 20 ms apart while
 # they wait; then SIGTERM with them still waiting).
 #
+# Outage scenarios (opt-in with OUTAGE=1, or name them in SCENARIOS): the
+# source gets an order_key (OUTAGE_KEYS keys, 300) and one url destination
+# at the local downstream, which answers 503 while OUTAGE_EVENTS (10,000)
+# events are posted over OUTAGE_CONNECTIONS (8) connections and until
+# OUTAGE_SECS (30) after the first post, then 204. outage: the breaker at
+# its default 10 failures, breaker_probe OUTAGE_PROBE ("5s": hookbox's
+# default is 30s, shortened to keep the run short) and rate RATE ("500/s").
+# outage_before: breaker_failures = 0 and no rate, as hookbox was before
+# either existed (each delivery waits out its own backoff, default base
+# 30 s and cap 1 h; no rate is also the fastest it could deliver, and its
+# peak shows the stampede); it runs OUTAGE_BEFORE_RUNS times (RUNS). Both
+# wait up to OUTAGE_TIMEOUT (180) seconds after the switch. Figures, from
+# what the downstream saw: attempts that reached the dead service, the
+# first 2xx after the switch (the successful probe), all delivered (from
+# that 2xx and from the switch; "not within N s" with how many were), the
+# most requests in one second (sliding window and whole seconds from the
+# switch) against the rate, per-key order, deliveries dead.
+#
 # Environment: RUNS (3), DURATION seconds (10), WARMUP seconds (1),
 # CONNECTIONS (64), DURABILITY (full), DRAIN_TIMEOUT seconds (60),
 # SCENARIOS ("new dup90 deliver deliver2 deliver_idle"), PULL (0; 1 adds
@@ -45,7 +65,12 @@
 # signatures valid, backlog drained within DRAIN_TIMEOUT; for deliver2, per
 # destination: exactly the ids its filter takes, downstream and in the
 # database; for pull*: every event taken or forwarded exactly once, every
-# row delivered, `hookbox listen` exited 0).
+# row delivered, `hookbox listen` exited 0; for outage*: no delivery dead,
+# per-key order kept, every event stored, signatures valid; for outage
+# only: every event delivered and none pending, the backlog within 30 s of
+# the first successful probe, no second above RATE plus 1 % and 2 requests
+# (hookbox spaces the starts, the downstream counts arrivals, which trail
+# them by a varying delay)).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,6 +89,17 @@ PULL_INGEST_RATE="${PULL_INGEST_RATE:-2000}"
 if [ "${PULL:-0}" = 1 ]; then
     SCENARIOS="$SCENARIOS pull_latency pull_listen pull_listen_ingest pull_idle"
 fi
+if [ "${OUTAGE:-0}" = 1 ]; then
+    SCENARIOS="$SCENARIOS outage outage_before"
+fi
+OUTAGE_EVENTS="${OUTAGE_EVENTS:-10000}"
+OUTAGE_KEYS="${OUTAGE_KEYS:-300}"
+OUTAGE_CONNECTIONS="${OUTAGE_CONNECTIONS:-8}"
+OUTAGE_SECS="${OUTAGE_SECS:-30}"
+OUTAGE_PROBE="${OUTAGE_PROBE:-5s}"
+OUTAGE_TIMEOUT="${OUTAGE_TIMEOUT:-180}"
+OUTAGE_BEFORE_RUNS="${OUTAGE_BEFORE_RUNS:-$RUNS}"
+RATE="${RATE:-500/s}"
 
 echo "== machine"
 echo "cpus:   $(nproc)"
@@ -102,13 +138,33 @@ for scenario in $SCENARIOS; do
             pace="$(awk -v c="$CONNECTIONS" -v r="$PULL_INGEST_RATE" 'BEGIN { print c * 1000 / r }')"
             extra=(--deliver --listen --pace-ms "$pace" --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_idle) dup=0; extra=(--pull idle --long-polls "$PULL_POLLS" --drain-timeout "$DRAIN_TIMEOUT") ;;
-        *) echo "unknown scenario: $scenario (use new, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest or pull_idle)" >&2; exit 2 ;;
+        outage|outage_before)
+            dup=0
+            outage=(--outage-events "$OUTAGE_EVENTS" --order-keys "$OUTAGE_KEYS"
+                --outage-secs "$OUTAGE_SECS" --recovery-timeout "$OUTAGE_TIMEOUT")
+            if [ "$scenario" = outage ]; then
+                extra=(--outage after --rate "$RATE" --probe "$OUTAGE_PROBE" "${outage[@]}")
+            else
+                extra=(--outage before "${outage[@]}")
+            fi ;;
+        *) echo "unknown scenario: $scenario (use new, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
     esac
-    for run in $(seq 1 "$RUNS"); do
-        echo "== $scenario run $run/$RUNS"
+    runs="$RUNS"
+    connections="$CONNECTIONS"
+    case "$scenario" in
+        outage*) connections="$OUTAGE_CONNECTIONS" ;;
+    esac
+    if [ "$scenario" = outage_before ]; then
+        runs="$OUTAGE_BEFORE_RUNS"
+    fi
+    for run in $(seq 1 "$runs"); do
+        echo "== $scenario run $run/$runs"
+        case "$scenario" in
+            outage*) echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)" ;;
+        esac
         status=0
         out="$("$loadgen" --scenario "$scenario" --duplicates "$dup" \
-            --connections "$CONNECTIONS" --duration "$DURATION" --warmup "$WARMUP" \
+            --connections "$connections" --duration "$DURATION" --warmup "$WARMUP" \
             --durability "$DURABILITY" --hookbox "$root/target/release/hookbox" \
             ${extra[@]+"${extra[@]}"} "$@")" || status=$?
         printf '%s\n' "$out" | grep -v '^{' || true
@@ -198,9 +254,10 @@ with open(sys.argv[1]) as f:
             r = json.loads(line)
             runs.setdefault(r["scenario"], []).append(r)
 
-# Pull scenarios (--pull) have figures of their own: tabled at the end.
+# Pull and outage scenarios have figures of their own: tabled at the end.
 pull = {s: rs for s, rs in runs.items() if rs[0].get("kind") == "pull"}
-runs = {s: rs for s, rs in runs.items() if s not in pull}
+outage = {s: rs for s, rs in runs.items() if rs[0].get("kind") == "outage"}
+runs = {s: rs for s, rs in runs.items() if s not in pull and s not in outage}
 
 def fmt(v, decimals=0):
     if isinstance(v, bool):
@@ -372,6 +429,69 @@ if pull:
                 table.append([scenario, label, fmt(median_of(rs, key), PULL_DECIMALS[key]),
                               str(len(rs)), target])
     print_table(table, text_columns=2)
+
+# Outage scenarios: every figure per run with its median, then before and
+# after side by side. A run that did not deliver everything within the
+# timeout has no time: "not within N s" (how many it delivered by then);
+# the median counts such a run as slower than any other.
+OUTAGE_FIGURES = [
+    ("events", "events stored", 0),
+    ("ingest_secs", "storing them s", 2),
+    ("attempts_while_down", "attempts while down", 0),
+    ("first_ok_secs", "switch -> first 2xx (probe) s", 2),
+    ("backlog_secs", "first 2xx -> all delivered s", 2),
+    ("recovered_secs", "switch -> all delivered s", 2),
+    ("delivered_by_cap", "delivered by the timeout", 0),
+    ("backlog_per_sec", "delivered/s after the first 2xx", 0),
+    ("peak_sliding", "peak requests in 1 s (sliding)", 0),
+    ("peak_aligned", "peak requests in 1 s (whole s)", 0),
+    ("recovery_peak_sliding", "after the switch: peak (sliding)", 0),
+    ("peak_allowed", "allowed by the rate check", 0),
+    ("order_violations", "per-key order broken", 0),
+    ("duplicates", "duplicates", 0),
+    ("missing", "never delivered", 0),
+    ("dead", "deliveries dead", 0),
+    ("pending", "deliveries pending at the end", 0),
+    ("server_log_warnings", "server WARN/ERROR lines", 0),
+]
+TIMED = {"backlog_secs", "recovered_secs"}
+
+def outage_cell(r, key, d):
+    v = r.get(key)
+    if key in TIMED and v is None:
+        return f"not within {r['recovery_timeout']:g} s"
+    return fmt(v, d)
+
+def outage_median(rs, key, d):
+    if key in TIMED:
+        vals = sorted(float("inf") if r.get(key) is None else r[key] for r in rs)
+        med = statistics.median(vals) if vals else None
+        if med == float("inf"):
+            return f"not within {rs[0]['recovery_timeout']:g} s"
+        return fmt(med, d)
+    return fmt(median_of(rs, key), d)
+
+for scenario, rs in outage.items():
+    r0 = rs[0]
+    print()
+    print(f"-- {scenario}: {r0['events']} events, {r0['order_keys']} keys, down {r0['outage_secs']:g} s, "
+          f"rate {r0.get('rate') or 'none'}, breaker_failures {r0['breaker_failures']}, "
+          f"probe {r0.get('breaker_probe') or '-'}, durability={r0.get('durability')}")
+    head = ["figure"] + [f"run {i + 1}" for i in range(len(rs))] + ["median"]
+    rows = [[label] + [outage_cell(r, key, d) for r in rs] + [outage_median(rs, key, d)]
+            for key, label, d in OUTAGE_FIGURES]
+    print_table([head] + rows)
+
+if outage:
+    print()
+    print("-- outage: before (no breaker, no rate) and after, medians")
+    sides = [s for s in ("outage_before", "outage") if s in outage]
+    table = [["figure"] + [f"{s} ({len(outage[s])} runs)" for s in sides]]
+    for key, label, d in OUTAGE_FIGURES:
+        if key in ("events", "peak_allowed", "server_log_warnings"):
+            continue
+        table.append([label] + [outage_median(outage[s], key, d) for s in sides])
+    print_table(table)
 PY
 else
     echo "(python3 not found: raw JSON lines follow)"

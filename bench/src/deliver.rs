@@ -568,6 +568,7 @@ mod tests {
             seen.arrivals.push(Arrival {
                 at: ms(at),
                 delivery_id: id.to_owned(),
+                status: 204,
             });
         }
         let f = LaneFigures::join(
@@ -618,6 +619,7 @@ mod tests {
             seen.arrivals.push(Arrival {
                 at: ms(at),
                 delivery_id: id.to_owned(),
+                status: 204,
             });
         }
         let b = LaneFigures::join(

@@ -1,5 +1,7 @@
 //! The destinations hookbox delivers to in `--deliver` runs: an HTTP/1.1
-//! server on 127.0.0.1 that answers every request `204 No Content` at once.
+//! server on 127.0.0.1 that answers every request `204 No Content` at once
+//! (or, for the outage scenario, whatever status it is switched to: `503`
+//! while the destination is "down", see [`Downstream::set_status`]).
 //!
 //! It serves one path per destination (a *lane*: `/hook` for the single
 //! destination, `/a` and `/b` with `--routes`), each with its own signing
@@ -30,6 +32,7 @@ use sha2::Sha256;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -64,6 +67,8 @@ pub struct Arrival {
     /// When the request head was parsed.
     pub at: Instant,
     pub delivery_id: String,
+    /// The status it was answered with.
+    pub status: u16,
 }
 
 /// Everything the downstream saw, shared with the load generator.
@@ -71,8 +76,11 @@ pub struct Arrival {
 pub struct Seen {
     /// Every request that carried a delivery id, in arrival order.
     pub arrivals: Vec<Arrival>,
-    /// First arrival per delivery id.
+    /// First arrival per delivery id that was answered 2xx: what counts as
+    /// delivered. (Every arrival, unless the status was switched.)
     pub first: HashMap<String, Instant>,
+    /// Requests answered with a status other than 2xx.
+    pub refused: u64,
     /// Requests without either delivery id header.
     pub no_id: u64,
     /// Requests whose `webhook-signature` did not verify (or was missing);
@@ -93,6 +101,8 @@ struct Record {
 pub struct Downstream {
     pub addr: SocketAddr,
     record: Arc<Mutex<Record>>,
+    /// The status every request is answered with, shared with the handler.
+    answer: Arc<AtomicU16>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -125,9 +135,11 @@ impl Downstream {
             stray: 0,
         }));
         let (stop, stopped) = oneshot::channel();
+        let answer = Arc::new(AtomicU16::new(StatusCode::NO_CONTENT.as_u16()));
         let state = Arc::new(State {
             record: Arc::clone(&record),
             lanes,
+            answer: Arc::clone(&answer),
         });
         let thread = std::thread::Builder::new()
             .name("downstream".to_owned())
@@ -149,12 +161,21 @@ impl Downstream {
         Ok(Downstream {
             addr,
             record,
+            answer,
             stop: Some(stop),
             thread: Some(thread),
         })
     }
 
-    /// Distinct delivery ids lane `lane` has seen so far.
+    /// Answers every request from now on with `status` (204 until called):
+    /// a destination going down (503) or coming back (204). A request
+    /// whose head arrived before the switch may still get the old status;
+    /// each arrival records the one it got.
+    pub fn set_status(&self, status: StatusCode) {
+        self.answer.store(status.as_u16(), Ordering::SeqCst);
+    }
+
+    /// Distinct delivery ids lane `lane` has seen answered 2xx so far.
     pub fn distinct(&self, lane: usize) -> usize {
         self.lock().lanes[lane].first.len()
     }
@@ -196,6 +217,7 @@ struct State {
     record: Arc<Mutex<Record>>,
     /// `(path, check)` per lane.
     lanes: Vec<(String, Check)>,
+    answer: Arc<AtomicU16>,
 }
 
 async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
@@ -227,6 +249,9 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Empty<Bytes>>, Infallible> {
     let at = Instant::now();
+    // Read once: the request is recorded with the status it gets.
+    let status =
+        StatusCode::from_u16(state.answer.load(Ordering::SeqCst)).unwrap_or(StatusCode::NO_CONTENT);
     let (parts, body) = req.into_parts();
     let lane = state
         .lanes
@@ -238,7 +263,7 @@ async fn handle(
     let body = body.collect().await.map(|b| b.to_bytes());
     let Some(lane) = lane else {
         state.record.lock().unwrap_or_else(|e| e.into_inner()).stray += 1;
-        return Ok(no_content());
+        return Ok(answer(status));
     };
     let signature_ok = match &body {
         Ok(body) => state.lanes[lane].1.passes(&parts.headers, body),
@@ -253,20 +278,31 @@ async fn handle(
         if !signature_ok {
             seen.bad_signature += 1;
         }
+        if !status.is_success() {
+            seen.refused += 1;
+        }
         match id {
             Some(delivery_id) => {
-                seen.first.entry(delivery_id.clone()).or_insert(at);
-                seen.arrivals.push(Arrival { at, delivery_id });
+                if status.is_success() {
+                    seen.first.entry(delivery_id.clone()).or_insert(at);
+                }
+                seen.arrivals.push(Arrival {
+                    at,
+                    delivery_id,
+                    status: status.as_u16(),
+                });
             }
             None => seen.no_id += 1,
         }
     }
-    Ok(no_content())
+    Ok(answer(status))
 }
 
-fn no_content() -> Response<Empty<Bytes>> {
+/// An empty answer with `status` (no `Retry-After`: a 503 without one is
+/// a plain failed attempt to hookbox, not a request to hold off).
+fn answer(status: StatusCode) -> Response<Empty<Bytes>> {
     let mut resp = Response::new(Empty::new());
-    *resp.status_mut() = StatusCode::NO_CONTENT;
+    *resp.status_mut() = status;
     resp
 }
 
@@ -316,8 +352,23 @@ mod tests {
     use http_body_util::Full;
     use hyper::header::HeaderValue;
 
-    /// POSTs `body` to `path`, signed with `key`, on a fresh connection.
+    /// POSTs `body` to `path`, signed with `key`, on a fresh connection;
+    /// expects a 204.
     async fn post(addr: SocketAddr, path: &str, key: &[u8], id: &str, body: &[u8]) {
+        assert_eq!(
+            post_status(addr, path, key, id, body).await,
+            StatusCode::NO_CONTENT
+        );
+    }
+
+    /// As [`post`], returning the status.
+    async fn post_status(
+        addr: SocketAddr,
+        path: &str,
+        key: &[u8],
+        id: &str,
+        body: &[u8],
+    ) -> StatusCode {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
@@ -334,8 +385,26 @@ mod tests {
             )
             .body(Full::new(Bytes::copy_from_slice(body)))
             .unwrap();
-        let resp = sender.send_request(req).await.unwrap();
-        assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+        sender.send_request(req).await.unwrap().status()
+    }
+
+    #[tokio::test]
+    async fn a_switched_status_is_answered_and_only_2xx_counts_as_delivered() {
+        let key = b"key".to_vec();
+        let mut d = Downstream::start(vec![("/hook".into(), Check::Signed(key.clone()))]).unwrap();
+        d.set_status(StatusCode::SERVICE_UNAVAILABLE);
+        let down = post_status(d.addr, "/hook", &key, "one", b"{}").await;
+        assert_eq!(down, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(d.distinct(0), 0);
+        d.set_status(StatusCode::NO_CONTENT);
+        post(d.addr, "/hook", &key, "one", b"{}").await;
+        d.stop();
+        d.with_seen(0, |seen| {
+            let statuses: Vec<u16> = seen.arrivals.iter().map(|a| a.status).collect();
+            assert_eq!(statuses, [503, 204]);
+            assert_eq!(seen.refused, 1);
+            assert_eq!(seen.first.get("one"), Some(&seen.arrivals[1].at));
+        });
     }
 
     #[tokio::test]

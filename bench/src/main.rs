@@ -30,6 +30,10 @@
 //! long-poll, `hookbox listen --once` draining a backlog, or what idle
 //! long-polls cost.
 //!
+//! `--outage` runs the outage scenario instead (`outage`): the destination
+//! answers 503 while a backlog is stored, then comes back; with the circuit
+//! breaker and a rate (`after`) or as before they existed (`before`).
+//!
 //! `server` owns the child process, `load` the connections and their
 //! figures, `payload` the signed request bodies, `downstream` the delivery
 //! target and `deliver` the delivery figures.
@@ -37,6 +41,7 @@
 mod deliver;
 mod downstream;
 mod load;
+mod outage;
 mod payload;
 mod pull;
 mod server;
@@ -148,6 +153,33 @@ struct Args {
     /// `--max` for `hookbox listen` (its own default when not given).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
     listen_max: Option<u16>,
+    /// The outage scenario instead of the ingest load: `after` with the
+    /// breaker (default failures, --probe) and --rate, `before` with
+    /// `breaker_failures = 0` and no rate (see `outage`). --connections
+    /// post the events.
+    #[arg(long, value_enum, conflicts_with_all = ["deliver", "idle", "pull"])]
+    outage: Option<outage::Mode>,
+    /// --outage: events stored while the destination is down.
+    #[arg(long, default_value_t = 10_000)]
+    outage_events: u64,
+    /// --outage: seconds from the first post until the destination is back.
+    #[arg(long, default_value_t = 30.0)]
+    outage_secs: f64,
+    /// --outage: order keys the events are spread over (by their number).
+    #[arg(long, default_value_t = 300)]
+    order_keys: u64,
+    /// --outage after: the destination's `rate` (`N/s` or `N/m`); none
+    /// when not given.
+    #[arg(long, value_parser = outage::parse_rate)]
+    rate: Option<outage::Rate>,
+    /// --outage after: the destination's `breaker_probe` (hookbox's default
+    /// is 30s; shorter keeps the run short).
+    #[arg(long, default_value = "5s")]
+    probe: String,
+    /// --outage: seconds after the destination is back before the run
+    /// stops waiting for the backlog.
+    #[arg(long, default_value_t = 180.0)]
+    recovery_timeout: f64,
 }
 
 impl Args {
@@ -168,6 +200,8 @@ impl Args {
             ("--stop-timeout", self.stop_timeout),
             ("--drain-timeout", self.drain_timeout),
             ("--pace-ms", self.pace_ms.unwrap_or(0.0)),
+            ("--outage-secs", self.outage_secs),
+            ("--recovery-timeout", self.recovery_timeout),
         ] {
             if !v.is_finite() || v < 0.0 {
                 bail!("{name} must be a non-negative number of seconds, got {v}");
@@ -179,6 +213,9 @@ impl Args {
         if self.events == 0 || self.long_polls == 0 {
             bail!("--events and --long-polls must be at least 1");
         }
+        if self.outage_events == 0 || self.order_keys == 0 {
+            bail!("--outage-events and --order-keys must be at least 1");
+        }
         Ok(())
     }
 
@@ -186,6 +223,7 @@ impl Args {
         match &self.scenario {
             Some(s) => s.clone(),
             None if let Some(mode) = self.pull => mode.scenario().to_owned(),
+            None if let Some(mode) = self.outage => mode.scenario().to_owned(),
             None if self.listen => "pull_listen_ingest".to_owned(),
             None if self.routes && self.idle => "deliver2_idle".to_owned(),
             None if self.routes => "deliver2".to_owned(),
@@ -308,6 +346,9 @@ async fn scenario(args: Args) -> Result<bool> {
         .unwrap_or(0x5eed);
     if let Some(mode) = args.pull {
         return pull::run(&args, mode, &binary, nonce).await;
+    }
+    if let Some(mode) = args.outage {
+        return outage::run(&args, mode, &binary, nonce).await;
     }
     let signer = Signer::new(SECRET.as_bytes(), nonce)?;
     // Only the routes' filter reads the parity: every other run sends the
@@ -677,6 +718,37 @@ mod tests {
         assert_eq!(name(&["--deliver", "--routes"]), "deliver2");
         assert_eq!(name(&[]), "new");
         assert_eq!(name(&["--pull", "idle", "--scenario", "x"]), "x");
+    }
+
+    #[test]
+    fn outage_runs_parse_their_mode_rate_and_probe() {
+        let a = parse(&["--outage", "after", "--rate", "500/s", "--probe", "5s"]).unwrap();
+        assert_eq!(a.scenario(), "outage");
+        assert_eq!(a.outage, Some(outage::Mode::After));
+        assert_eq!(a.rate.as_ref().map(|r| r.per_sec), Some(500.0));
+        assert_eq!(a.probe, "5s");
+        assert_eq!((a.outage_events, a.order_keys), (10_000, 300));
+        assert_eq!((a.outage_secs, a.recovery_timeout), (30.0, 180.0));
+        a.check().unwrap();
+        let b = parse(&["--outage", "before", "--outage-events", "50"]).unwrap();
+        assert_eq!(b.scenario(), "outage_before");
+        assert_eq!((b.outage_events, b.rate), (50, None));
+        assert_eq!(
+            parse(&["--rate", "120/m"]).unwrap().rate.unwrap().per_sec,
+            2.0
+        );
+
+        assert!(parse(&["--outage", "after", "--rate", "500"]).is_err());
+        assert!(parse(&["--outage", "later"]).is_err());
+        assert!(parse(&["--outage", "after", "--deliver"]).is_err());
+        assert!(parse(&["--outage", "after", "--pull", "idle"]).is_err());
+        for bad in [
+            &["--outage", "after", "--order-keys", "0"][..],
+            &["--outage", "after", "--outage-secs=-1"],
+            &["--outage", "after", "--outage-events", "0"],
+        ] {
+            assert!(parse(bad).unwrap().check().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //! A signer made [`Signer::with_parity`] also writes `"parity":"even"` or
 //! `"odd"` into the tail ([`PARITY_POINTER`]), alternating with each
 //! connection's requests: something for a destination's `when` filter to
-//! take half the events by. Without it the bodies are as they always were.
+//! take half the events by. A signer made [`Signer::with_keys`] writes
+//! `"key":"kN"` ([`KEY_POINTER`]), `N` being `seq` modulo the number of keys:
+//! something for the source's `order_key` to order by (the outage
+//! scenario). Without either the bodies are as they always were.
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -26,6 +29,9 @@ const PUSH_PREFIX: &str = r#"{"ref":"refs/heads/main","before":"6113728f27ae82c7
 
 /// Where a [`Signer::with_parity`] body says which half it is in.
 pub const PARITY_POINTER: &str = "/hookbox_bench/parity";
+
+/// Where a [`Signer::with_keys`] body carries its order key.
+pub const KEY_POINTER: &str = "/hookbox_bench/key";
 
 /// Which half of the events a delivery is in: `seq` even or odd, so each
 /// connection's new requests alternate.
@@ -72,6 +78,8 @@ pub struct Signer {
     after_prefix: Hmac<Sha256>,
     /// Whether the tail carries `"parity"`.
     parity: bool,
+    /// With `Some(n)`, the tail carries `"key"`, one of `n`.
+    keys: Option<u64>,
 }
 
 impl Signer {
@@ -83,6 +91,7 @@ impl Signer {
             nonce,
             after_prefix,
             parity: false,
+            keys: None,
         })
     }
 
@@ -94,19 +103,30 @@ impl Signer {
         }
     }
 
+    /// The same signer, writing an order key into each body: `k0` to
+    /// `k{n-1}`, by `seq` modulo `n` (at least 1).
+    pub fn with_keys(self, n: u64) -> Self {
+        Signer {
+            keys: Some(n.max(1)),
+            ..self
+        }
+    }
+
     /// The delivery number `seq` of connection `conn`. Calling it twice with
     /// the same arguments yields the same bytes and signature.
     pub fn delivery(&self, conn: u32, seq: u64) -> Delivery {
         let id = delivery_id(self.nonce, conn, seq);
         let parity = Parity::of(seq);
-        let tail = if self.parity {
-            let p = parity.as_str();
-            format!(
-                r#","hookbox_bench":{{"delivery":"{id}","connection":{conn},"seq":{seq},"parity":"{p}"}}}}"#
-            )
-        } else {
-            format!(r#","hookbox_bench":{{"delivery":"{id}","connection":{conn},"seq":{seq}}}}}"#)
-        };
+        let mut tail =
+            format!(r#","hookbox_bench":{{"delivery":"{id}","connection":{conn},"seq":{seq}"#);
+        // Writing into a String cannot fail.
+        if self.parity {
+            let _ = write!(tail, r#","parity":"{}""#, parity.as_str());
+        }
+        if let Some(n) = self.keys {
+            let _ = write!(tail, r#","key":"k{}""#, seq % n);
+        }
+        tail.push_str("}}");
         let mut mac = self.after_prefix.clone();
         mac.update(tail.as_bytes());
         let digest = mac.finalize().into_bytes();
@@ -234,6 +254,35 @@ mod tests {
             !Signer::new(b"bench-secret", 1)
                 .unwrap()
                 .built(&d.id, &d.body)
+        );
+    }
+
+    #[test]
+    fn keys_go_round_by_seq_and_the_plain_body_is_unchanged() {
+        let plain = Signer::new(b"bench-secret", 1).unwrap();
+        let keyed = Signer::new(b"bench-secret", 1).unwrap().with_keys(3);
+        for (seq, want) in [(1, "k1"), (2, "k2"), (3, "k0"), (4, "k1")] {
+            let d = keyed.delivery(0, seq);
+            let v: serde_json::Value = serde_json::from_slice(&d.body).unwrap();
+            assert_eq!(v.pointer(KEY_POINTER).unwrap(), want);
+            assert!(keyed.built(&d.id, &d.body));
+            let mut mac = Hmac::<Sha256>::new_from_slice(b"bench-secret").unwrap();
+            mac.update(&d.body);
+            assert_eq!(
+                d.signature,
+                format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+            );
+        }
+        // The tail every other scenario has always sent, byte for byte.
+        let p = plain.delivery(2, 7);
+        assert!(
+            p.body.ends_with(
+                format!(
+                    r#","hookbox_bench":{{"delivery":"{}","connection":2,"seq":7}}}}"#,
+                    p.id
+                )
+                .as_bytes()
+            )
         );
     }
 

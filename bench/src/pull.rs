@@ -23,11 +23,11 @@
 
 mod client;
 mod consumers;
-mod fill;
+pub mod fill;
 mod idle;
 mod latency;
 pub mod listen;
-mod report;
+pub mod report;
 
 use anyhow::Result;
 use std::net::SocketAddr;

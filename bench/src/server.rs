@@ -78,6 +78,7 @@ impl Server {
             }
             Deliver::Routes(routes) => toml.push_str(&routes_toml(routes)),
             Deliver::Pull(pull) => toml.push_str(&pull_toml(pull)),
+            Deliver::Protected(p) => toml.push_str(&protected_toml(p)),
         }
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
         let log = dir_path.join("server.log");
@@ -232,6 +233,24 @@ pub enum Deliver {
     Routes(Vec<Route>),
     /// One `pull` destination: consumers take its events.
     Pull(Pull),
+    /// The single `[sources.deliver]` table with the settings that protect
+    /// the destination, on a source with an `order_key` (the outage
+    /// scenario).
+    Protected(Protected),
+}
+
+/// A url destination with its rate and circuit breaker, and the source's
+/// order key. `None` leaves a setting at its default.
+pub struct Protected {
+    pub url: String,
+    pub signing_secret: String,
+    /// The JSON pointer of the source's `order_key`.
+    pub order_key: String,
+    /// `rate`, as the config takes it (`"500/s"`).
+    pub rate: Option<String>,
+    pub breaker_failures: Option<u32>,
+    /// `breaker_probe`, as the config takes it (`"5s"`).
+    pub breaker_probe: Option<String>,
 }
 
 /// A `pull` destination of the bench's source, with default settings.
@@ -288,6 +307,31 @@ signing_secret = {secret:?}
                 parity.as_str()
             ));
         }
+    }
+    toml
+}
+
+/// The source's `order_key` and its `[sources.deliver]` table, appended
+/// after [`config_toml`] (whose last table is the source, so the key still
+/// belongs to it). Backoff, concurrency and attempts keep their defaults.
+fn protected_toml(p: &Protected) -> String {
+    let (pointer, url, secret) = (&p.order_key, &p.url, &p.signing_secret);
+    let mut toml = format!(
+        r#"order_key = [{pointer:?}]
+
+[sources.deliver]
+url = {url:?}
+signing_secret = {secret:?}
+"#
+    );
+    if let Some(rate) = &p.rate {
+        toml.push_str(&format!("rate = {rate:?}\n"));
+    }
+    if let Some(n) = p.breaker_failures {
+        toml.push_str(&format!("breaker_failures = {n}\n"));
+    }
+    if let Some(probe) = &p.breaker_probe {
+        toml.push_str(&format!("breaker_probe = {probe:?}\n"));
     }
     toml
 }
@@ -495,7 +539,7 @@ pub fn per_destination(database: &Path) -> Result<(LaneTally, LaneTally)> {
     Ok((deliveries, attempts))
 }
 
-fn open_read_only(database: &Path) -> Result<rusqlite::Connection> {
+pub fn open_read_only(database: &Path) -> Result<rusqlite::Connection> {
     use rusqlite::{Connection, OpenFlags};
     let conn = Connection::open_with_flags(
         database,
@@ -661,6 +705,44 @@ mod tests {
             max_client_long_polls: None,
         });
         assert!(!plain.contains("[edge]"));
+    }
+
+    #[test]
+    fn a_protected_destination_has_its_settings_and_the_source_its_order_key() {
+        let base = || {
+            config_toml(
+                "127.0.0.1:1000".parse().unwrap(),
+                "127.0.0.1:1001".parse().unwrap(),
+                Path::new("/tmp/x/hookbox.db"),
+                "full",
+            )
+        };
+        let protected = |rate: Option<&str>, failures, probe: Option<&str>| Protected {
+            url: "http://127.0.0.1:9/hook".to_owned(),
+            signing_secret: "whsec_AAAA".to_owned(),
+            order_key: "/hookbox_bench/key".to_owned(),
+            rate: rate.map(str::to_owned),
+            breaker_failures: failures,
+            breaker_probe: probe.map(str::to_owned),
+        };
+        let mut toml = base();
+        toml.push_str(&protected_toml(&protected(Some("500/s"), None, Some("5s"))));
+        let config: toml::Table = toml.parse().unwrap();
+        let source = &config["sources"][0];
+        assert_eq!(source["name"].as_str(), Some("github"));
+        assert_eq!(source["order_key"][0].as_str(), Some("/hookbox_bench/key"));
+        let deliver = source["deliver"].as_table().unwrap();
+        assert_eq!(deliver["url"].as_str(), Some("http://127.0.0.1:9/hook"));
+        assert_eq!(deliver["rate"].as_str(), Some("500/s"));
+        assert_eq!(deliver["breaker_probe"].as_str(), Some("5s"));
+        assert!(!deliver.contains_key("breaker_failures"));
+
+        let mut toml = base();
+        toml.push_str(&protected_toml(&protected(None, Some(0), None)));
+        let config: toml::Table = toml.parse().unwrap();
+        let deliver = config["sources"][0]["deliver"].as_table().unwrap();
+        assert_eq!(deliver["breaker_failures"].as_integer(), Some(0));
+        assert!(!deliver.contains_key("rate") && !deliver.contains_key("breaker_probe"));
     }
 
     #[test]

@@ -249,6 +249,11 @@ impl Checks {
         }
     }
 
+    /// Whether every check so far passed.
+    pub fn is_ok(&self) -> bool {
+        self.failed.is_empty()
+    }
+
     /// Prints each failure, or `OK`; returns whether all passed.
     pub fn finish(self) -> bool {
         for why in &self.failed {
