@@ -100,11 +100,23 @@ struct Lane {
 }
 
 impl Lane {
-    /// When this lane's next queued attempt may start, if the rate holds it
-    /// back now.
+    /// Whether something other than the rate keeps the lane from starting
+    /// its next queued delivery: nothing queued, no free slot, a pause or
+    /// a hold, or a paused lane without its probe.
+    fn blocked(&self, now: Instant) -> bool {
+        self.queued.is_empty()
+            || self.in_flight >= self.config.concurrency
+            || self.manual
+            || self.breaker.is_held(now)
+            || (self.breaker.is_paused() && !self.probe_queued)
+    }
+
+    /// When this lane's next queued attempt may start, if only the rate
+    /// decides. Possibly a moment ago: the time may pass between the look
+    /// that found it held and the loop going to sleep, which must then wake
+    /// at once rather than at the idle recheck.
     fn held_by_rate(&self, now: Instant) -> Option<Instant> {
-        (self.config.rate.is_some() && !self.queued.is_empty() && self.next_start > now)
-            .then_some(self.next_start)
+        (self.config.rate.is_some() && !self.blocked(now)).then_some(self.next_start)
     }
 
     /// How many more events a claim may fetch for this lane.
@@ -578,19 +590,16 @@ impl Dispatcher {
     /// whether it is the lane's probe.
     fn startable(&mut self, i: usize) -> Option<(Claimed, bool)> {
         let lane = self.lanes.get_mut(i)?;
-        if lane.in_flight >= lane.config.concurrency {
+        let now = Instant::now();
+        if lane.blocked(now) {
             return None;
         }
         let probe = lane.breaker.is_paused();
-        if lane.manual || lane.breaker.is_held(Instant::now()) || (probe && !lane.probe_queued) {
-            return None;
-        }
         if let Some(spacing) = lane.config.rate {
             // Starts spaced evenly, one per `spacing`, keeping the cadence
             // when the timer woke a little late; a lane idle for a while
             // does not make up for it with a burst.
-            let now = Instant::now();
-            if lane.queued.is_empty() || lane.next_start > now {
+            if lane.next_start > now {
                 return None;
             }
             let cadence = lane.next_start + spacing;

@@ -187,3 +187,46 @@ async fn retry_after_on_a_503_pauses_the_whole_destination_that_long() {
     })
     .await;
 }
+
+/// Under a rate, the time of the next start can pass between the look
+/// that found the lane held and the dispatcher going to sleep; it must then
+/// wake at once, not at its 5 s idle recheck (the outage benchmark saw
+/// the backlog stop for exactly 5 s, several times a run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_held_backlog_never_stops_for_the_idle_recheck() {
+    let down = Downstream::start(|_, _| Reply::status(503)).await;
+    let destination = format!(
+        "{}\nrate = \"200/s\"\nbreaker_failures = 3\nbreaker_probe = \"500ms\"",
+        url_destination(&down.url())
+    );
+    let source =
+        crate::deliver::deliver_source_backoff("github", &destination, "5s", 10, "30s", "1h");
+    let app = TestApp::spawn(&source).await;
+    for i in 0..1_200 {
+        let body = format!(r#"{{"repository":{{"full_name":"acme/r{}"}}}}"#, i % 50);
+        let r = app.post_github(&format!("s-{i}"), body.as_bytes()).await;
+        assert_eq!(r.status(), 202);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    down.set_script(|_, _| Reply::status(204));
+    let before = down.hits().len();
+    // 1,200 at 200/s: six seconds of starts once a probe goes through,
+    // which may be seconds away (probes double from 500 ms).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while down.hits().len() < before + 1_200 {
+        assert!(std::time::Instant::now() < deadline, "not all delivered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let hits = down.hits();
+    let mut times: Vec<_> = hits[before..].iter().map(|h| h.at).collect();
+    times.sort();
+    let worst = times
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .max()
+        .unwrap();
+    assert!(
+        worst < Duration::from_millis(2_500),
+        "the backlog stopped for {worst:?} between two deliveries"
+    );
+}
