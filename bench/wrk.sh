@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# bench/wrk.sh: new unique GitHub deliveries from Debian's wrk, the load
+# generator a new user would reach for, beside bench/run.sh's own
+# hookbox-loadgen. Each run starts a fresh server and database, posts a
+# 1.8 KiB signed push with a unique X-GitHub-Delivery per request (one
+# body, so one signature: GitHub signs the body only) over CONNECTIONS
+# connections for DURATION seconds, and reports requests/s, p50, p99 and
+# p99.9 (from wrk's own histogram, in its done() hook), non-2xx answers,
+# and the rows stored, which must equal the 2xx answers (plus at most one
+# request per connection that wrk stopped before reading its answer).
+#
+#   bench/wrk.sh                         # target/release/hookbox, 3 runs
+#   bench/wrk.sh OLD_BINARY NEW_BINARY   # side by side, runs interleaved
+#   RUNS=5 DURATION=20 DURABILITY=normal bench/wrk.sh
+#
+# Needs wrk (apt-get install wrk) and python3 (the signature and the row
+# count). Server and wrk share the machine's cores, as they would on a
+# small VPS with the load generator beside it.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUNS="${RUNS:-3}"
+DURATION="${DURATION:-10}"
+CONNECTIONS="${CONNECTIONS:-64}"
+DURABILITY="${DURABILITY:-full}"
+SECRET="bench-secret-0123456789"
+
+command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)" >&2; exit 2; }
+if [ "$#" -eq 0 ]; then
+    cargo build --release --quiet -p hookbox --manifest-path "$root/Cargo.toml"
+    set -- "$root/target/release/hookbox"
+fi
+
+work="$(mktemp -d)"
+trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# The script: one body and its signature, a unique delivery id per request,
+# and the percentiles wrk's --latency table leaves out.
+python3 - "$SECRET" >"$work/push.lua" <<'EOF'
+import hashlib, hmac, json, sys
+body = json.dumps({
+    "ref": "refs/heads/main", "before": "0" * 40, "after": "1" * 40,
+    "repository": {"id": 1, "full_name": "acme/widgets", "name": "widgets",
+                   "private": False, "owner": {"login": "acme", "id": 2}},
+    "pusher": {"name": "dev", "email": "dev@example.com"},
+    "commits": [{"id": "%040d" % i, "message": "commit %d " % i + "x" * 200,
+                 "author": {"name": "Dev", "email": "dev@example.com"},
+                 "url": "https://github.com/acme/widgets/commit/%d" % i}
+                for i in range(4)],
+}, separators=(",", ":"))
+sig = "sha256=" + hmac.new(sys.argv[1].encode(), body.encode(), hashlib.sha256).hexdigest()
+print('''wrk.method = "POST"
+wrk.body = %s
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["X-GitHub-Event"] = "push"
+wrk.headers["X-Hub-Signature-256"] = "%s"
+local n = 0
+local prefix = tostring(os.time()) .. "-" .. tostring(math.random(1000000000)) .. "-"
+request = function()
+  n = n + 1
+  wrk.headers["X-GitHub-Delivery"] = prefix .. n
+  return wrk.format()
+end
+done = function(summary, latency, requests)
+  local bad = summary.errors.status + summary.errors.connect + summary.errors.read
+            + summary.errors.write + summary.errors.timeout
+  io.write(string.format("RESULT %%d %%.1f %%.3f %%.3f %%.3f %%d\\n",
+    summary.requests, summary.requests / (summary.duration / 1e6),
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    latency:percentile(99.9) / 1000, bad))
+end''' % (json.dumps(body), sig))
+EOF
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# One run of binary $1: prints "requests/s p50 p99 p99.9 bad rows requests".
+run_once() {
+    local bin="$1" dir port admin
+    dir="$(mktemp -d -p "$work")"
+    port="$(free_port)"
+    admin="$(free_port)"
+    cat >"$dir/hookbox.toml" <<EOF
+[server]
+listen = "127.0.0.1:$port"
+admin_listen = "127.0.0.1:$admin"
+database = "$dir/hookbox.db"
+durability = "$DURABILITY"
+[admin]
+token = "admin-token-0123456789abcdef"
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["$SECRET"]
+EOF
+    "$bin" serve --config "$dir/hookbox.toml" >"$dir/server.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 200); do
+        curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    local out
+    out="$(wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s "$work/push.lua" "http://127.0.0.1:$port/hooks/github" | grep '^RESULT')"
+    kill -TERM "$pid"
+    wait "$pid" || true
+    local rows
+    rows="$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM events").fetchone()[0])' "$dir/hookbox.db")"
+    # RESULT requests rps p50 p99 p999 bad
+    set -- $out
+    echo "$3 $4 $5 $6 $7 $rows $2"
+    rm -rf "$dir"
+}
+
+echo "== wrk: $CONNECTIONS connections, ${DURATION}s, durability=$DURABILITY, $RUNS runs per binary, $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+declare -A lines
+failed=0
+for run in $(seq "$RUNS"); do
+    for bin in "$@"; do
+        line="$(run_once "$bin")"
+        read -r rps p50 p99 p999 bad rows requests <<<"$line"
+        ok=$((requests - bad))
+        status=OK
+        # wrk stops with up to one request per connection unanswered; the
+        # server stored those too.
+        if [ "$bad" -ne 0 ] || [ "$rows" -lt "$ok" ] || [ "$rows" -gt $((ok + CONNECTIONS)) ]; then
+            status=FAIL
+            failed=1
+        fi
+        printf '%s run %d: %s req/s  p50 %s ms  p99 %s ms  p99.9 %s ms  non-2xx/errors %s  rows %s (2xx %s) %s\n' \
+            "$bin" "$run" "$rps" "$p50" "$p99" "$p999" "$bad" "$rows" "$ok" "$status"
+        lines[$bin]+="$rps $p50 $p99 $p999"$'\n'
+    done
+done
+
+echo "== medians"
+for bin in "$@"; do
+    printf '%s\n' "${lines[$bin]}" | python3 -c '
+import statistics, sys
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+cols = list(zip(*rows))
+m = [statistics.median(c) for c in cols]
+print("%s: %.0f req/s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms" % (sys.argv[1], *m))' "$bin"
+done
+exit "$failed"
