@@ -430,23 +430,28 @@ impl Dispatcher {
                 held_until: lane.breaker.held_until().filter(|t| *t > now).map(wall),
             };
             self.board.set(&source, &destination, status);
-            let op = match status.paused_since {
-                Some(since) => PauseOp::Set(Pause {
+            // Only pauses and closes are kept: a Retry-After hold is short
+            // and not worth a write.
+            let op = match (status.paused_since, change) {
+                (Some(since), _) => Some(PauseOp::Set(Pause {
                     source: source.clone(),
                     destination: destination.clone(),
                     cause: Cause::Breaker,
                     since,
                     next_probe_at: status.next_probe_at,
-                }),
-                None => PauseOp::Lift {
+                })),
+                (None, Change::Closed) => Some(PauseOp::Lift {
                     source: source.clone(),
                     destination: destination.clone(),
                     cause: Cause::Breaker,
-                },
+                }),
+                (None, _) => None,
             };
             // Nobody waits for it: lost in a crash, the pause is learned
             // again by the next failures, or closed by the next probe.
-            drop(self.persist.send(op));
+            if let Some(op) = op {
+                drop(self.persist.send(op));
+            }
         }
         let lane = &mut self.lanes[i];
         match change {

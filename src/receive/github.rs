@@ -9,7 +9,7 @@
 use crate::config::Secret;
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
-use super::verify::{VerifyError, any_key_matches, decode_hex, header, header_str};
+use super::verify::{VerifyError, any_key_matches, decode_hex, header, header_str, utf8_keys};
 
 pub struct GitHub {
     keys: Vec<Vec<u8>>,
@@ -31,10 +31,7 @@ impl GitHub {
     /// The key is the secret's UTF-8 bytes, used as-is.
     pub fn new(secrets: &[Secret]) -> Self {
         GitHub {
-            keys: secrets
-                .iter()
-                .map(|s| s.expose().as_bytes().to_vec())
-                .collect(),
+            keys: utf8_keys(secrets),
         }
     }
 

@@ -24,13 +24,14 @@ use serde_json::Value;
 
 use crate::config::Secret;
 
+use super::github::GitHub;
 use super::payload::{Identified, IdentifyError, Identity, Inbound, MAX_DELIVERY_ID_LEN};
-use super::verify::{
-    VerifyError, any_key_matches, body_hash_id, ct_eq, decode_hex, header, utf8_keys,
-};
+use super::verify::{VerifyError, body_hash_id, ct_eq};
 
 pub struct Meta {
-    keys: Vec<Vec<u8>>,
+    /// Meta signs exactly as GitHub does: `X-Hub-Signature-256` over the
+    /// body, keyed with the app secret.
+    signature: GitHub,
     /// Config validation requires it for kind `meta`; `None` refuses every
     /// handshake.
     verify_token: Option<Secret>,
@@ -64,23 +65,13 @@ impl Meta {
     /// The key is the app secret's UTF-8 bytes.
     pub fn new(secrets: &[Secret], verify_token: Option<Secret>) -> Self {
         Meta {
-            keys: utf8_keys(secrets),
+            signature: GitHub::new(secrets),
             verify_token,
         }
     }
 
     pub fn verify(&self, req: &Inbound) -> Result<(), VerifyError> {
-        let value =
-            header(req.headers, "x-hub-signature-256").ok_or(VerifyError::MissingSignature)?;
-        let hex = value
-            .strip_prefix(b"sha256=")
-            .ok_or(VerifyError::MalformedSignature)?;
-        let sig = decode_hex(hex).ok_or(VerifyError::MalformedSignature)?;
-        if any_key_matches(&self.keys, &[req.body], &sig) {
-            Ok(())
-        } else {
-            Err(VerifyError::InvalidSignature)
-        }
+        self.signature.verify(req)
     }
 
     /// Answers `GET ?hub.mode=subscribe&...` with the challenge to echo.
