@@ -18,6 +18,8 @@ const FIXTURE_V8: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/re
 /// Written by a6d15bf (schema 9, routes), the release before destination
 /// pauses were kept.
 const FIXTURE_V9: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v9.db");
+/// Written by release 329aaad (schema version 10), the first with pauses.
+const FIXTURE_V10: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v10.db");
 
 /// The secret the fixture's sources were signed with.
 const SECRET: &str = "fixture-secret";
@@ -75,6 +77,11 @@ async fn a_database_the_release_before_routes_wrote_opens_with_nothing_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_the_release_with_routes_wrote_opens_with_nothing_lost() {
     opens_with_nothing_lost(FIXTURE_V9, 9).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_release_with_pauses_wrote_opens_with_nothing_lost() {
+    opens_with_nothing_lost(FIXTURE_V10, 10).await;
 }
 
 /// Opens a copy of `fixture` (at schema `version`) with today's hookbox:
