@@ -71,7 +71,8 @@ for f in /usr/bin/hookbox /usr/lib/systemd/system/hookbox.service /usr/lib/syste
     /usr/share/man/man1/hookbox.1.gz /usr/share/man/man1/hookbox-serve.1.gz \
     /usr/share/bash-completion/completions/hookbox /usr/share/zsh/vendor-completions/_hookbox \
     /usr/share/fish/vendor_completions.d/hookbox.fish /usr/share/doc/hookbox/copyright \
-    /usr/share/doc/hookbox/README.md /usr/share/doc/hookbox/examples/config.example.toml; do
+    /usr/share/doc/hookbox/README.md /usr/share/doc/hookbox/configuration-reference.md \
+    /usr/share/doc/hookbox/examples/config.example.toml; do
     check "deb-file-$(basename "$f")" "$f" test -f "$f"
 done
 expect deb-conffile /etc/hookbox/hookbox.toml "$(dpkg-query -W -f '${Conffiles}' hookbox | awk '{print $1}' | tr -d '\n')"

@@ -1,6 +1,6 @@
 //! The configuration reference stays complete and true: every key the
 //! config types accept is documented in `config.example.toml` and in
-//! README.md's "Configuration reference", nothing documented is a key the
+//! the book's configuration reference (docs/src/reference.md), nothing documented is a key the
 //! code refuses, and the example itself loads with `hookbox check`.
 //!
 //! The accepted keys come from the code, not from a list kept here: each
@@ -197,18 +197,11 @@ fn documented_in_example(text: &str) -> BTreeSet<String> {
     out
 }
 
-/// README.md's "Configuration reference" section.
-fn readme_reference(readme: &str) -> &str {
-    let start = readme
-        .find("\n## Configuration reference")
-        .expect("README.md has a \"## Configuration reference\" section");
-    let body = &readme[start + 1..];
-    let end = body[3..].find("\n## ").map_or(body.len(), |i| i + 3);
-    &body[..end]
-}
+/// The book's configuration reference page.
+const REFERENCE: &str = "docs/src/reference.md";
 
 /// Keys named in the first column of the reference's tables (`| \`a.b\` |`).
-fn documented_in_readme(reference: &str) -> BTreeSet<String> {
+fn documented_in_reference(reference: &str) -> BTreeSet<String> {
     reference
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
@@ -244,12 +237,11 @@ fn the_key_probe_finds_the_known_keys_and_tables() {
 }
 
 #[test]
-fn every_config_key_is_documented_in_the_example_and_the_readme() {
+fn every_config_key_is_documented_in_the_example_and_the_reference() {
     let accepted = accepted();
     let example = documented_in_example(&read("config.example.toml"));
-    let readme = read("README.md");
-    let reference_text = readme_reference(&readme);
-    let reference = documented_in_readme(reference_text);
+    let reference_text = read(REFERENCE);
+    let reference = documented_in_reference(&reference_text);
 
     let mut problems = Vec::new();
     for key in &accepted.keys {
@@ -260,14 +252,14 @@ fn every_config_key_is_documented_in_the_example_and_the_readme() {
         }
         if !reference.contains(key) {
             problems.push(format!(
-                "`{key}` is accepted by the code but not in README.md's \"Configuration reference\": add a row: | `{key}` | default | meaning |"
+                "`{key}` is accepted by the code but not in docs/src/reference.md: add a row: | `{key}` | default | meaning |"
             ));
         }
     }
     for table in &accepted.tables {
         if !reference_text.contains(&format!("[{table}]")) {
             problems.push(format!(
-                "the table `{table}` has no heading in README.md's \"Configuration reference\" (write `[{table}]` or `[[{table}]]` in it)"
+                "the table `{table}` has no heading in docs/src/reference.md (write `[{table}]` or `[[{table}]]` in it)"
             ));
         }
     }
@@ -281,7 +273,7 @@ fn every_config_key_is_documented_in_the_example_and_the_readme() {
     }
     for key in reference.difference(&accepted.keys) {
         problems.push(format!(
-            "`{key}` is in README.md's \"Configuration reference\" but the code accepts no such key"
+            "`{key}` is in docs/src/reference.md but the code accepts no such key"
         ));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
@@ -390,10 +382,9 @@ fn bound(d: std::time::Duration) -> String {
 }
 
 #[test]
-fn every_bounded_key_states_its_range_in_the_readme() {
+fn every_bounded_key_states_its_range_in_the_reference() {
     use hookbox::config::limits::{COUNTS, DURATIONS};
-    let readme = read("README.md");
-    let reference = readme_reference(&readme);
+    let reference = read(REFERENCE);
     let ranges = DURATIONS
         .iter()
         .map(|l| (l.key, bound(l.min), bound(l.max)))
@@ -406,11 +397,11 @@ fn every_bounded_key_states_its_range_in_the_readme() {
         let row = reference
             .lines()
             .find(|l| l.starts_with(&format!("| `{key}` |")))
-            .unwrap_or_else(|| panic!("no README row for `{key}`"));
+            .unwrap_or_else(|| panic!("no reference row for `{key}`"));
         let range = format!("`{min}`–`{max}`");
         assert!(
             row.contains(&range),
-            "README's row for `{key}` must state its range as {range}: {row}"
+            "the reference's row for `{key}` must state its range as {range}: {row}"
         );
     }
 }

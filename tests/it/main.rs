@@ -2,6 +2,7 @@ mod acme;
 mod admin;
 mod alerts;
 mod backup;
+mod book;
 mod catchup;
 mod cli;
 mod clock_jumps;
