@@ -1,4 +1,58 @@
 //! hookbox: a self-hosted webhook inbox on one SQLite file.
+//!
+//! # One request, followed through
+//!
+//! A provider POSTs to `/hooks/{source}` on the public listener.
+//!
+//! 1. [`server`] runs the accept loop of both listeners (with [`tls`] on
+//!    the public one when configured, and sockets from [`activation`] under
+//!    systemd); [`app`] wires every part together and owns start-up and
+//!    the order of shutdown ([`shutdown`]).
+//! 2. [`edge`] decides from the headers alone who the client is, whether it
+//!    may post to this source, whether it has been failing verification,
+//!    and how much body it may hold.
+//! 3. [`receive`] reads the body and hands it to the source's verifier, one
+//!    file per provider kind (`receive::github`, `receive::stripe`, ...),
+//!    which checks the signature on the raw bytes and yields the delivery
+//!    id, event type and ordering key, or a handshake answer that is never
+//!    stored. [`route`] picks the destinations whose filters take it.
+//! 4. [`store`] owns the database. A resend of a recently stored key is
+//!    answered at once; anything else becomes a `WriteCmd` for the writer
+//!    thread (`store::writer`), the only connection that writes, which
+//!    commits whatever is queued as one group: the event and one delivery
+//!    row per destination. The syncer thread fsyncs the WAL and only then
+//!    answers the group, so a `2xx` means the event is on disk; the
+//!    checkpointer copies the WAL into the database file off that path.
+//!
+//! # After the answer
+//!
+//! * [`dispatch`] claims due deliveries through the writer, one lane per
+//!   destination, runs each attempt (an HTTP POST signed the Standard
+//!   Webhooks way, or a command with placeholders, never a shell) and sends
+//!   its outcome back to the writer; backoff, `rate`, the circuit breaker
+//!   and pauses decide when a lane may go on. [`pull`] hands the deliveries
+//!   of pull destinations to consumers instead, and [`listen`] is such a
+//!   consumer (`hookbox listen`).
+//! * [`catchup`] asks providers for what they will not resend by
+//!   themselves: GitHub redelivery, Stripe backfill.
+//! * [`maintenance`] runs retention and backup snapshots on their
+//!   intervals; [`alerts`] watches for dead deliveries, refusals, backlog,
+//!   storage and certificate trouble and tells a person.
+//! * [`admin`] serves the admin listener: the JSON API, the pull API,
+//!   `/metrics` ([`metrics`]), [`health`] and the dashboard.
+//!
+//! # Around them
+//!
+//! [`config`] turns TOML into a validated `Config` with resolved secrets;
+//! [`clock`] is the wall clock the store and the verifiers read (tests can
+//! shift it); [`outbound`] holds the HTTP client settings every outbound
+//! request shares; [`notify`] speaks to systemd; [`telemetry`] sets up
+//! logging; [`error`] is every answer that is not "stored"; [`manual`]
+//! generates the man pages and completions; [`private_file`] writes files
+//! only hookbox's user may read.
+//!
+//! `docs/src/architecture.md` draws the same system by threads, channels
+//! and connections.
 
 pub mod activation;
 pub mod admin;

@@ -1,6 +1,6 @@
 //! The SQL of dispatch: claiming due deliveries under a lease, keeping
 //! leases alive, recording what an attempt did, and releasing leases.
-//! Replay is [`super::replay`].
+//! Replay is [`super::replay`](mod@super::replay).
 //!
 //! A delivery is one event on its way to one destination (`deliveries`,
 //! since version 9): its own state, attempts, schedule and lease. A
