@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 
 use super::catchup::{self as catchup_sql, Done as CatchupDone, Op as CatchupOp};
 use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease};
+use super::error::StoreError;
 use super::ingest;
 use super::ip_sets::{self, CachedSet};
 use super::models::{Inserted, NewEvent};
@@ -18,7 +19,6 @@ use super::pauses::{self, PauseOp};
 use super::recent::RecentKeys;
 use super::replay::{self, ReplayFilter};
 use super::retention::{self, PruneBatch, Pruned};
-use super::writer::StoreError;
 
 /// Due deliveries handed to the dispatcher, and when to look again.
 #[derive(Debug, Default)]

@@ -11,6 +11,7 @@ pub mod catchup;
 pub mod checkpoint;
 pub mod command;
 pub mod dispatch;
+mod error;
 mod ingest;
 pub mod ip_sets;
 pub mod listing;
@@ -37,9 +38,10 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::config::Durability;
 use crate::metrics::WriterMetrics;
+pub use error::StoreError;
 pub use lock::DatabaseLock;
 pub use replay::{ReplayFilter, replay};
-pub use writer::{StoreError, WriterHandle};
+pub use writer::WriterHandle;
 
 /// How long a reader waits for a lock before giving up.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

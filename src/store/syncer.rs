@@ -26,8 +26,8 @@ use std::thread::JoinHandle;
 use anyhow::Context;
 
 use super::command::{Applied, WriteCmd};
+use super::error::StoreError;
 use super::recent::RecentKeys;
-use super::writer::StoreError;
 
 type Group = Vec<(WriteCmd, Applied)>;
 

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::checkpoint::Nudge;
 use super::command::{Applied, Claims, WriteCmd};
 use super::dispatch::{AttemptRecord, ClaimFrom, Lease};
+use super::error::StoreError;
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
 use super::replay::ReplayFilter;
@@ -118,20 +119,6 @@ fn apply_group(
 
 /// While commits keep failing, the failure is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Why the writer could not do what was asked.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The queue is full: the caller should come back shortly.
-    #[error("the writer queue is full")]
-    Overloaded,
-    /// The database did not commit; the reason is for logs, not clients.
-    #[error("the database could not commit: {0}")]
-    Unavailable(String),
-    /// The writer has stopped (shutdown, or it died).
-    #[error("the writer has stopped")]
-    Closed,
-}
 
 /// The sending side: cheap to clone, one per part that writes.
 #[derive(Clone)]

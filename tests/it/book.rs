@@ -285,7 +285,10 @@ fn the_readme_example_config_passes_hookbox_check() {
         .env_remove("HOOKBOX_CONFIG")
         .env_remove("STATE_DIRECTORY")
         .env("GITHUB_WEBHOOK_SECRET", "a-long-random-test-secret")
-        .env("CI_SIGNING_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        .env(
+            "CI_SIGNING_SECRET",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        )
         .output()
         .unwrap();
     assert!(

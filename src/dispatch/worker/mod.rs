@@ -32,6 +32,10 @@
 //! rest are abandoned (a command's process group is killed) and their
 //! leases released, so the next start picks them up at once.
 
+mod attempt;
+mod lane;
+mod pauses;
+
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -42,16 +46,18 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::board::{Board, Status};
-use super::breaker::{Breaker, Change, May, Verdict};
-use super::{Attempt, Deliverer, Job, Outcome, backoff};
+use self::lane::{Lane, claim_from};
+use self::pauses::persist;
+use super::Deliverer;
+use super::board::Board;
+use super::breaker::{Breaker, May, Verdict};
 use crate::alerts::Alerter;
 use crate::clock;
-use crate::config::{Config, DeliverConfig};
-use crate::metrics::{AttemptOutcome, LaneMetrics, Metrics};
+use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::store::command::Claims;
-use crate::store::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease, Settled};
-use crate::store::pauses::{Cause, Pause, PauseOp};
+use crate::store::dispatch::{ClaimFrom, Claimed, Lease};
+use crate::store::pauses::PauseOp;
 use crate::store::{Store, StoreError, WriterHandle};
 
 /// With nothing pending, look again this often anyway.
@@ -64,7 +70,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const LEASE_MARGIN: Duration = Duration::from_secs(60);
 
 /// After a body could not be read, its claim is given back this much later.
-const BODY_READ_PAUSE: Duration = Duration::from_secs(1);
+pub(super) const BODY_READ_PAUSE: Duration = Duration::from_secs(1);
 
 /// With events held and no claim made for this long (by the monotonic
 /// clock), a claim goes only to renew their leases: well within
@@ -75,55 +81,9 @@ const RENEW_EVERY: Duration = Duration::from_secs(15);
 /// Each claim fetches up to this many times a source's concurrency, so
 /// that under heavy ingest, when every trip through the writer queue waits
 /// behind a group of inserts, one trip still feeds many attempts.
-const PREFETCH: usize = 16;
+pub(super) const PREFETCH: usize = 16;
 
 type ClaimFuture = dyn Future<Output = Result<Claims, StoreError>> + Send;
-
-/// One destination of one source, its claimed-but-not-started deliveries,
-/// and how busy it is.
-struct Lane {
-    source: String,
-    config: DeliverConfig,
-    deliverer: Arc<Deliverer>,
-    queued: VecDeque<Claimed>,
-    in_flight: usize,
-    metrics: LaneMetrics,
-    /// With a `rate`: when the next attempt may start.
-    next_start: Instant,
-    breaker: Breaker,
-    /// A claim for a probe is on its way.
-    probe_asked: bool,
-    /// The queued delivery is the probe a paused lane may start.
-    probe_queued: bool,
-    /// Paused by hand: nothing is claimed or started, not even a probe.
-    manual: bool,
-}
-
-impl Lane {
-    /// Whether something other than the rate keeps the lane from starting
-    /// its next queued delivery: nothing queued, no free slot, a pause or
-    /// a hold, or a paused lane without its probe.
-    fn blocked(&self, now: Instant) -> bool {
-        self.queued.is_empty()
-            || self.in_flight >= self.config.concurrency
-            || self.manual
-            || self.breaker.is_held(now)
-            || (self.breaker.is_paused() && !self.probe_queued)
-    }
-
-    /// When this lane's next queued attempt may start, if only the rate
-    /// decides. Possibly a moment ago: the time may pass between the look
-    /// that found it held and the loop going to sleep, which must then wake
-    /// at once rather than at the idle recheck.
-    fn held_by_rate(&self, now: Instant) -> Option<Instant> {
-        (self.config.rate.is_some() && !self.blocked(now)).then_some(self.next_start)
-    }
-
-    /// How many more events a claim may fetch for this lane.
-    fn room(&self) -> usize {
-        (self.config.concurrency * PREFETCH).saturating_sub(self.in_flight + self.queued.len())
-    }
-}
 
 pub struct Dispatcher {
     store: Store,
@@ -143,25 +103,13 @@ pub struct Dispatcher {
     alerts: Alerter,
 }
 
-/// Lane `i`'s part of a claim, taking up to `limit` deliveries.
-fn claim_from(i: usize, lane: &Lane, limit: usize) -> ClaimFrom {
-    ClaimFrom {
-        lane: i,
-        source: lane.source.clone(),
-        destination: lane.config.name.clone(),
-        limit,
-        max_delay_ms: i64::try_from(lane.config.backoff_cap.as_millis()).unwrap_or(i64::MAX),
-        ahead: lane.breaker.is_paused(),
-    }
-}
-
 /// The running attempts: which lane each belongs to, its claim, and
 /// whether it is the lane's probe.
 type Running = HashMap<tokio::task::Id, (usize, Lease, bool)>;
 
 /// What a finished attempt tells its lane's breaker; `None` when no
 /// attempt was made.
-type Done = Option<Verdict>;
+pub(super) type Done = Option<Verdict>;
 
 impl Dispatcher {
     /// A dispatcher for every push destination (url, command) of every
@@ -399,139 +347,6 @@ impl Dispatcher {
         });
     }
 
-    /// Tells lane `i`'s breaker how an attempt ended, and acts on a change:
-    /// a pause gives back what the lane holds queued; a close makes its
-    /// backlog due at once.
-    fn judge(&mut self, i: usize, verdict: Done, probe: bool) {
-        let lane = &mut self.lanes[i];
-        let now = Instant::now();
-        let Some(verdict) = verdict else {
-            if probe {
-                lane.breaker.probe_empty(now);
-            }
-            return;
-        };
-        let (source, destination) = (lane.source.clone(), lane.config.name.clone());
-        let change = lane.breaker.record(verdict, probe, now);
-        if change != Change::None || lane.breaker.is_paused() {
-            let since = self.board.get(&source, &destination).paused_since;
-            let wall = |t: Instant| {
-                let ahead =
-                    i64::try_from(t.saturating_duration_since(now).as_millis()).unwrap_or(i64::MAX);
-                clock::now_ms().saturating_add(ahead)
-            };
-            let status = Status {
-                manual_since: None,
-                paused_since: lane
-                    .breaker
-                    .is_paused()
-                    .then(|| since.unwrap_or_else(clock::now_ms)),
-                next_probe_at: lane.breaker.next_probe().map(wall),
-                held_until: lane.breaker.held_until().filter(|t| *t > now).map(wall),
-            };
-            self.board.set(&source, &destination, status);
-            // Only pauses and closes are kept: a Retry-After hold is short
-            // and not worth a write.
-            let op = match (status.paused_since, change) {
-                (Some(since), _) => Some(PauseOp::Set(Pause {
-                    source: source.clone(),
-                    destination: destination.clone(),
-                    cause: Cause::Breaker,
-                    since,
-                    next_probe_at: status.next_probe_at,
-                })),
-                (None, Change::Closed) => Some(PauseOp::Lift {
-                    source: source.clone(),
-                    destination: destination.clone(),
-                    cause: Cause::Breaker,
-                }),
-                (None, _) => None,
-            };
-            // Nobody waits for it: lost in a crash, the pause is learned
-            // again by the next failures, or closed by the next probe.
-            if let Some(op) = op {
-                drop(self.persist.send(op));
-            }
-        }
-        let lane = &mut self.lanes[i];
-        match change {
-            Change::None => {}
-            Change::Held(wait) => {
-                tracing::info!(%source, %destination, for_ms = wait.as_millis() as u64,
-                    "destination asked to wait (Retry-After); holding all its deliveries");
-            }
-            Change::Paused(wait) => {
-                tracing::warn!(%source, %destination, probe_in_ms = wait.as_millis() as u64,
-                    "destination paused: it keeps failing (or asked to wait); probing it before sending more");
-                lane.metrics.paused(true);
-                self.alerts.paused(&source, &destination, "breaker");
-                let queued: Vec<Lease> = lane.queued.drain(..).map(|c| c.lease()).collect();
-                self.give_back(queued);
-            }
-            Change::Closed => {
-                tracing::info!(%source, %destination,
-                    "destination back: a probe succeeded; its backlog is due now");
-                lane.metrics.paused(lane.manual);
-                if !lane.manual {
-                    self.flush(source, destination);
-                }
-            }
-        }
-    }
-
-    /// Makes a destination's backlog due at once, then claims: the
-    /// destination is back, its deliveries must not wait out backoffs
-    /// that only the outage earned. Claiming first would find it all
-    /// scheduled ahead.
-    fn flush(&self, source: String, destination: String) {
-        let (writer, wake) = (self.writer.clone(), self.wake.clone());
-        tokio::spawn(async move {
-            if let Err(e) = writer.make_due(source, destination, clock::now_ms()).await {
-                tracing::warn!(error = %e, "cannot make a resumed destination's backlog due; it goes as scheduled");
-            }
-            wake.notify_one();
-        });
-    }
-
-    /// Brings the lanes in step with the pauses by hand on the board: a
-    /// pause gives back what the lane holds queued; a resume flushes its
-    /// backlog, unless its breaker still holds it paused.
-    fn sync_manual(&mut self) {
-        let generation = self.board.generation();
-        if generation == self.seen_manual {
-            return;
-        }
-        self.seen_manual = generation;
-        let mut give_back = Vec::new();
-        let mut flush = Vec::new();
-        let now = Instant::now();
-        for lane in &mut self.lanes {
-            let (source, destination) = (&lane.source, &lane.config.name);
-            let manual = self.board.manual_since(source, destination).is_some();
-            if manual == lane.manual {
-                continue;
-            }
-            lane.manual = manual;
-            lane.metrics.paused(manual || lane.breaker.is_paused());
-            if manual {
-                tracing::info!(%source, %destination, "destination paused by hand; its deliveries wait, none is lost");
-                if std::mem::take(&mut lane.probe_queued) {
-                    lane.breaker.probe_empty(now);
-                }
-                give_back.extend(lane.queued.drain(..).map(|c| c.lease()));
-            } else {
-                tracing::info!(%source, %destination, "destination resumed by hand");
-                if !lane.breaker.is_paused() {
-                    flush.push((source.clone(), destination.clone()));
-                }
-            }
-        }
-        self.give_back(give_back);
-        for (source, destination) in flush {
-            self.flush(source, destination);
-        }
-    }
-
     /// Queues what a claim returned; returns when to claim next.
     fn take(&mut self, claimed: Result<Claims, StoreError>, now: i64) -> Option<i64> {
         match claimed {
@@ -583,119 +398,11 @@ impl Dispatcher {
     /// Starts queued events while their lanes have free slots.
     fn start_queued(&mut self, tasks: &mut JoinSet<Done>, running: &mut Running) {
         for i in 0..self.lanes.len() {
-            while let Some((claimed, probe)) = self.startable(i) {
+            while let Some((claimed, probe)) = self.lanes[i].startable() {
                 let lease = claimed.lease();
                 let handle = tasks.spawn(self.attempt(claimed, probe));
                 running.insert(handle.id(), (i, lease, probe));
             }
-        }
-    }
-
-    /// The next queued delivery of lane `i` if it has a free slot, and
-    /// whether it is the lane's probe.
-    fn startable(&mut self, i: usize) -> Option<(Claimed, bool)> {
-        let lane = self.lanes.get_mut(i)?;
-        let now = Instant::now();
-        if lane.blocked(now) {
-            return None;
-        }
-        let probe = lane.breaker.is_paused();
-        if let Some(spacing) = lane.config.rate {
-            // Starts spaced evenly, one per `spacing`, keeping the cadence
-            // when the timer woke a little late; a lane idle for a while
-            // does not make up for it with a burst.
-            if lane.next_start > now {
-                return None;
-            }
-            let cadence = lane.next_start + spacing;
-            lane.next_start = if cadence <= now {
-                now + spacing
-            } else {
-                cadence
-            };
-        }
-        let claimed = lane.queued.pop_front()?;
-        lane.probe_queued = false;
-        Some((claimed, probe))
-    }
-
-    /// Builds the task for one claimed delivery, counting it in its lane. A
-    /// probe that fails is not counted against `max_attempts`: it stays
-    /// due, for the next probe.
-    fn attempt(
-        &mut self,
-        claimed: Claimed,
-        probe: bool,
-    ) -> impl Future<Output = Done> + Send + 'static {
-        let lane = &mut self.lanes[claimed.lane];
-        lane.in_flight += 1;
-        let source = lane.source.clone();
-        let destination = lane.config.name.clone();
-        let deliverer = lane.deliverer.clone();
-        let config = lane.config.clone();
-        let metrics = lane.metrics.clone();
-        let writer = self.writer.clone();
-        let store = self.store.clone();
-        let alerts = self.alerts.clone();
-        async move {
-            let lease = claimed.lease();
-            let started_at = clock::now_ms();
-            let (job, attempt) =
-                run(claimed, source, destination, &store, &writer, &deliverer).await?;
-            let now = clock::now_ms();
-            let settled = match attempt.outcome {
-                Outcome::Delivered => Settled::Delivered,
-                Outcome::Dead => Settled::Dead,
-                Outcome::Retry { .. } if probe => Settled::Retry(now),
-                Outcome::Retry { .. } if job.attempt >= config.max_attempts => Settled::Dead,
-                Outcome::Retry { retry_after } => {
-                    let wait = backoff::next(
-                        job.attempt,
-                        retry_after,
-                        config.backoff_base,
-                        config.backoff_cap,
-                        &mut fastrand::f64,
-                    );
-                    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-                    Settled::Retry(now.saturating_add(wait_ms))
-                }
-            };
-            log_attempt(&job, &attempt, settled);
-            let outcome = match settled {
-                Settled::Delivered => AttemptOutcome::Delivered,
-                Settled::Retry(_) => AttemptOutcome::Retry,
-                Settled::Dead => AttemptOutcome::Dead,
-            };
-            metrics.attempt(outcome, attempt.duration);
-            let record = AttemptRecord {
-                lease,
-                event_id: job.event_id,
-                destination: job.destination.clone(),
-                attempt: job.attempt,
-                started_at,
-                duration_ms: attempt.duration.as_millis() as i64,
-                settled,
-                status: attempt.status,
-                error: attempt.error,
-                counted: !(probe && matches!(settled, Settled::Retry(_))),
-            };
-            let error = record.error.clone();
-            match writer.record(record, now).await {
-                Ok(()) if settled == Settled::Dead => {
-                    alerts.dead(
-                        &job.source,
-                        &job.destination,
-                        job.event_id,
-                        error.as_deref(),
-                    );
-                }
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::warn!(event.id = job.event_id, destination = %job.destination, error = %e,
-                    "cannot record the attempt; it will be made again when its lease runs out")
-                }
-            }
-            Some(verdict(attempt.outcome, attempt.status))
         }
     }
 
@@ -736,105 +443,5 @@ impl Dispatcher {
         if let Err(e) = self.writer.release(release).await {
             tracing::warn!(error = %e, "cannot release leases; the next start clears them");
         }
-    }
-}
-
-/// Reads the event's body and makes the attempt; `None` when there was
-/// none to make (nothing to record).
-async fn run(
-    claimed: Claimed,
-    source: String,
-    destination: String,
-    store: &Store,
-    writer: &WriterHandle,
-    deliverer: &Deliverer,
-) -> Option<(Job, Attempt)> {
-    let id = claimed.event_id;
-    let body = store.read(move |conn| dispatch::body(conn, id)).await;
-    match body {
-        Ok(Some(body)) => {
-            let mut job = job(claimed, source, destination, body);
-            let attempt = deliverer.deliver(&job).await;
-            // Not kept while the outcome waits for room in the writer's queue.
-            job.body = bytes::Bytes::new();
-            Some((job, attempt))
-        }
-        Ok(None) => {
-            tracing::warn!(event.id = id, "the event was deleted before its attempt");
-            None
-        }
-        // Not an attempt: the destination never saw it, so it must not
-        // count toward max_attempts (or make the event dead). The claim is
-        // given back after a pause, so a database that cannot be read is
-        // not read in a loop.
-        Err(e) => {
-            tracing::warn!(
-                event.id = id,
-                error = %format!("{e:#}"),
-                "cannot read the event's body; trying again shortly, no attempt counted"
-            );
-            tokio::time::sleep(BODY_READ_PAUSE).await;
-            if let Err(e) = writer.release(vec![claimed.lease()]).await {
-                tracing::warn!(error = %e, "cannot give the claim back; its lease runs out");
-            }
-            None
-        }
-    }
-}
-
-/// Writes the breakers' pauses to the store in the order they happened, so
-/// a restart goes on probing instead of sending a backlog at a service
-/// that is still down.
-async fn persist(writer: WriterHandle, mut ops: tokio::sync::mpsc::UnboundedReceiver<PauseOp>) {
-    while let Some(op) = ops.recv().await {
-        if let Err(e) = writer.pause(op).await {
-            tracing::warn!(error = %e, "cannot keep a destination's pause; after a restart its breaker learns it again");
-        }
-    }
-}
-
-/// How an attempt's outcome reads to the breaker: a `Retry-After` on a
-/// 429 or 503 asks the whole destination to wait.
-fn verdict(outcome: Outcome, status: Option<u16>) -> Verdict {
-    match outcome {
-        Outcome::Delivered => Verdict::Delivered,
-        Outcome::Dead => Verdict::Refused,
-        Outcome::Retry { retry_after } => Verdict::Failed {
-            pause_for: retry_after.filter(|_| matches!(status, Some(429 | 503))),
-        },
-    }
-}
-
-fn job(c: Claimed, source: String, destination: String, body: Vec<u8>) -> Job {
-    let headers = serde_json::from_str(&c.headers).unwrap_or_default();
-    Job {
-        event_id: c.event_id,
-        source,
-        destination,
-        delivery_id: c.delivery_id,
-        event_type: c.event_type,
-        content_type: c.content_type,
-        headers,
-        body: body.into(),
-        attempt: c.attempt,
-    }
-}
-
-fn log_attempt(job: &Job, attempt: &super::Attempt, settled: Settled) {
-    let duration_ms = attempt.duration.as_millis() as u64;
-    let status = attempt.status.map(i64::from).unwrap_or(-1);
-    match settled {
-        Settled::Delivered => tracing::info!(
-            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms, "delivered"
-        ),
-        Settled::Retry(at) => tracing::info!(
-            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
-            retry_in_ms = at - clock::now_ms(), error = attempt.error.as_deref().unwrap_or(""),
-            "attempt failed; will retry"
-        ),
-        Settled::Dead => tracing::warn!(
-            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
-            error = attempt.error.as_deref().unwrap_or(""), "attempt failed; event is dead"
-        ),
     }
 }

@@ -1,0 +1,182 @@
+//! One attempt: read the body, deliver, settle the outcome (delivered, a
+//! retry after backoff, or dead), count it, log it, and record it through
+//! the writer.
+
+use super::{BODY_READ_PAUSE, Dispatcher, Done};
+use crate::clock;
+use crate::dispatch::breaker::Verdict;
+use crate::dispatch::{Attempt, Deliverer, Job, Outcome, backoff};
+use crate::metrics::AttemptOutcome;
+use crate::store::dispatch::{self, AttemptRecord, Claimed, Settled};
+use crate::store::{Store, WriterHandle};
+
+impl Dispatcher {
+    /// Builds the task for one claimed delivery, counting it in its lane. A
+    /// probe that fails is not counted against `max_attempts`: it stays
+    /// due, for the next probe.
+    pub(super) fn attempt(
+        &mut self,
+        claimed: Claimed,
+        probe: bool,
+    ) -> impl Future<Output = Done> + Send + 'static {
+        let lane = &mut self.lanes[claimed.lane];
+        lane.in_flight += 1;
+        let source = lane.source.clone();
+        let destination = lane.config.name.clone();
+        let deliverer = lane.deliverer.clone();
+        let config = lane.config.clone();
+        let metrics = lane.metrics.clone();
+        let writer = self.writer.clone();
+        let store = self.store.clone();
+        let alerts = self.alerts.clone();
+        async move {
+            let lease = claimed.lease();
+            let started_at = clock::now_ms();
+            let (job, attempt) =
+                run(claimed, source, destination, &store, &writer, &deliverer).await?;
+            let now = clock::now_ms();
+            let settled = match attempt.outcome {
+                Outcome::Delivered => Settled::Delivered,
+                Outcome::Dead => Settled::Dead,
+                Outcome::Retry { .. } if probe => Settled::Retry(now),
+                Outcome::Retry { .. } if job.attempt >= config.max_attempts => Settled::Dead,
+                Outcome::Retry { retry_after } => {
+                    let wait = backoff::next(
+                        job.attempt,
+                        retry_after,
+                        config.backoff_base,
+                        config.backoff_cap,
+                        &mut fastrand::f64,
+                    );
+                    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+                    Settled::Retry(now.saturating_add(wait_ms))
+                }
+            };
+            log_attempt(&job, &attempt, settled);
+            let outcome = match settled {
+                Settled::Delivered => AttemptOutcome::Delivered,
+                Settled::Retry(_) => AttemptOutcome::Retry,
+                Settled::Dead => AttemptOutcome::Dead,
+            };
+            metrics.attempt(outcome, attempt.duration);
+            let record = AttemptRecord {
+                lease,
+                event_id: job.event_id,
+                destination: job.destination.clone(),
+                attempt: job.attempt,
+                started_at,
+                duration_ms: attempt.duration.as_millis() as i64,
+                settled,
+                status: attempt.status,
+                error: attempt.error,
+                counted: !(probe && matches!(settled, Settled::Retry(_))),
+            };
+            let error = record.error.clone();
+            match writer.record(record, now).await {
+                Ok(()) if settled == Settled::Dead => {
+                    alerts.dead(
+                        &job.source,
+                        &job.destination,
+                        job.event_id,
+                        error.as_deref(),
+                    );
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::warn!(event.id = job.event_id, destination = %job.destination, error = %e,
+                    "cannot record the attempt; it will be made again when its lease runs out")
+                }
+            }
+            Some(verdict(attempt.outcome, attempt.status))
+        }
+    }
+}
+
+/// Reads the event's body and makes the attempt; `None` when there was
+/// none to make (nothing to record).
+async fn run(
+    claimed: Claimed,
+    source: String,
+    destination: String,
+    store: &Store,
+    writer: &WriterHandle,
+    deliverer: &Deliverer,
+) -> Option<(Job, Attempt)> {
+    let id = claimed.event_id;
+    let body = store.read(move |conn| dispatch::body(conn, id)).await;
+    match body {
+        Ok(Some(body)) => {
+            let mut job = job(claimed, source, destination, body);
+            let attempt = deliverer.deliver(&job).await;
+            // Not kept while the outcome waits for room in the writer's queue.
+            job.body = bytes::Bytes::new();
+            Some((job, attempt))
+        }
+        Ok(None) => {
+            tracing::warn!(event.id = id, "the event was deleted before its attempt");
+            None
+        }
+        // Not an attempt: the destination never saw it, so it must not
+        // count toward max_attempts (or make the event dead). The claim is
+        // given back after a pause, so a database that cannot be read is
+        // not read in a loop.
+        Err(e) => {
+            tracing::warn!(
+                event.id = id,
+                error = %format!("{e:#}"),
+                "cannot read the event's body; trying again shortly, no attempt counted"
+            );
+            tokio::time::sleep(BODY_READ_PAUSE).await;
+            if let Err(e) = writer.release(vec![claimed.lease()]).await {
+                tracing::warn!(error = %e, "cannot give the claim back; its lease runs out");
+            }
+            None
+        }
+    }
+}
+
+/// How an attempt's outcome reads to the breaker: a `Retry-After` on a
+/// 429 or 503 asks the whole destination to wait.
+fn verdict(outcome: Outcome, status: Option<u16>) -> Verdict {
+    match outcome {
+        Outcome::Delivered => Verdict::Delivered,
+        Outcome::Dead => Verdict::Refused,
+        Outcome::Retry { retry_after } => Verdict::Failed {
+            pause_for: retry_after.filter(|_| matches!(status, Some(429 | 503))),
+        },
+    }
+}
+
+fn job(c: Claimed, source: String, destination: String, body: Vec<u8>) -> Job {
+    let headers = serde_json::from_str(&c.headers).unwrap_or_default();
+    Job {
+        event_id: c.event_id,
+        source,
+        destination,
+        delivery_id: c.delivery_id,
+        event_type: c.event_type,
+        content_type: c.content_type,
+        headers,
+        body: body.into(),
+        attempt: c.attempt,
+    }
+}
+
+fn log_attempt(job: &Job, attempt: &Attempt, settled: Settled) {
+    let duration_ms = attempt.duration.as_millis() as u64;
+    let status = attempt.status.map(i64::from).unwrap_or(-1);
+    match settled {
+        Settled::Delivered => tracing::info!(
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms, "delivered"
+        ),
+        Settled::Retry(at) => tracing::info!(
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
+            retry_in_ms = at - clock::now_ms(), error = attempt.error.as_deref().unwrap_or(""),
+            "attempt failed; will retry"
+        ),
+        Settled::Dead => tracing::warn!(
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
+            error = attempt.error.as_deref().unwrap_or(""), "attempt failed; event is dead"
+        ),
+    }
+}
