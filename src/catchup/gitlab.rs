@@ -286,3 +286,67 @@ impl Resend for Gitlab<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(status: Value, headers: Value) -> Event {
+        serde_json::from_value(json!({
+            "id": 1, "trigger": "push_hooks", "request_headers": headers,
+            "response_status": status, "created_at": "2026-11-30T10:00:00.000Z",
+            "request_data": {"object_kind": "push"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_2xx_statuses_count_as_delivered() {
+        for (status, ok) in [
+            (json!("200"), true),
+            (json!("204"), true),
+            (json!(201), true),
+            (json!("301"), false),
+            (json!("404"), false),
+            (json!("500"), false),
+            (json!("internal error"), false),
+            (json!(null), false),
+        ] {
+            assert_eq!(event(status.clone(), json!({})).ok(), ok, "{status}");
+        }
+    }
+
+    #[test]
+    fn the_delivery_id_is_read_from_the_listed_headers_as_receive_reads_it() {
+        let key = |headers: Value| {
+            let e = event(json!("500"), headers);
+            crate::receive::gitlab::delivery_key(&e.headers()).map(str::to_owned)
+        };
+        let both = json!({"Idempotency-Key": "k-1", "X-Gitlab-Webhook-UUID": "w-1",
+                          "X-Gitlab-Token": "[REDACTED]"});
+        assert_eq!(key(both).as_deref(), Some("k-1"));
+        let old = json!({"X-Gitlab-Webhook-UUID": "w-2", "X-Gitlab-Event": "Push Hook"});
+        assert_eq!(key(old).as_deref(), Some("w-2"), "GitLab before 17.4");
+        assert_eq!(key(json!({"X-Gitlab-Event": "Push Hook"})), None);
+        assert_eq!(key(json!({"Idempotency-Key": 7})), None, "not a string");
+    }
+
+    #[test]
+    fn the_next_page_comes_from_x_next_page_or_the_link_header() {
+        let mut h = HeaderMap::new();
+        assert_eq!(next_page(&h), None);
+        h.insert("x-next-page", HeaderValue::from_static("3"));
+        assert_eq!(next_page(&h), Some(3));
+        h.insert("x-next-page", HeaderValue::from_static(""));
+        assert_eq!(next_page(&h), None, "empty on the last page");
+        let mut h = HeaderMap::new();
+        h.insert(
+            reqwest::header::LINK,
+            HeaderValue::from_static(
+                "<https://gitlab.example.com/api/v4/projects/1/hooks/2/events?page=4&per_page=20>; rel=\"next\"",
+            ),
+        );
+        assert_eq!(next_page(&h), Some(4));
+    }
+}

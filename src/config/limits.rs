@@ -164,10 +164,14 @@ pub const GITLAB_INTERVAL: DurationLimit = duration(
 /// As [`GITHUB_OVERLAP`].
 pub const GITLAB_OVERLAP: DurationLimit =
     duration("sources.gitlab_redelivery.overlap", Duration::ZERO, DAY);
-/// GitLab counts resends per minute; an hour-long window already means a
-/// pass that stretches over hours.
-pub const GITLAB_RESEND_WINDOW: DurationLimit =
-    duration("sources.gitlab_redelivery.resend_window", SECOND, HOUR);
+/// GitLab counts resends per minute. A pass may wait a whole window
+/// between two resends, and its job lock (10 minutes) must not run out
+/// meanwhile.
+pub const GITLAB_RESEND_WINDOW: DurationLimit = duration(
+    "sources.gitlab_redelivery.resend_window",
+    SECOND,
+    Duration::from_secs(5 * 60),
+);
 /// Weekly at least, well inside the 30 days Stripe keeps events.
 pub const STRIPE_INTERVAL: DurationLimit = duration(
     "sources.stripe_backfill.interval",
