@@ -13,7 +13,9 @@
 //! `OK` attempt, one the inbox holds, one filtered out by `event_types`,
 //! one whose newest attempt was already asked for, and one GitHub refused
 //! for good; then asks for the newest attempt of each remaining GUID, oldest
-//! event first, one request at a time, `pace` apart.
+//! event first, one request at a time, `pace` apart. Grouping, skipping,
+//! pacing and the request log are `redeliver`'s, shared with GitLab; this
+//! module lists deliveries and says what GitHub's answers mean.
 
 use std::collections::HashSet;
 use std::time::Duration;
