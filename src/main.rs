@@ -130,9 +130,9 @@ enum Command {
     /// each to a local URL: ack on 2xx, nack otherwise. Nothing sent while
     /// this was not running is lost: it is taken when it runs again.
     Listen(Box<ListenArgs>),
-    /// Run one catch-up pass of SOURCE now (GitHub redelivery or Stripe
-    /// backfill) and print what it found and asked for. Waits for a pass
-    /// the server is running to finish first.
+    /// Run one catch-up pass of SOURCE now (GitHub redelivery, GitLab
+    /// resend or Stripe backfill) and print what it found and asked for.
+    /// Waits for a pass the server is running to finish first.
     CatchUp {
         source: String,
         /// Ask for nothing and insert nothing; only show what would be done.

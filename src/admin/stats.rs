@@ -138,7 +138,9 @@ pub async fn start_catch_up(
     let Some(report) = st.catchup.run_now(&name, dry_run).await else {
         return Err(ApiError::conflict(
             "no_catch_up",
-            format!("source {name:?} has no catch-up job (github_redelivery or stripe_backfill)"),
+            format!(
+                "source {name:?} has no catch-up job (github_redelivery, gitlab_redelivery or stripe_backfill)"
+            ),
         ));
     };
     if report.busy {

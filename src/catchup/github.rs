@@ -13,19 +13,21 @@
 //! `OK` attempt, one the inbox holds, one filtered out by `event_types`,
 //! one whose newest attempt was already asked for, and one GitHub refused
 //! for good; then asks for the newest attempt of each remaining GUID, oldest
-//! event first, one request at a time, `pace` apart.
+//! event first, one request at a time, `pace` apart. Grouping, skipping,
+//! pacing and the request log are `redeliver`'s, shared with GitLab; this
+//! module lists deliveries and says what GitHub's answers mean.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use reqwest::StatusCode;
 use serde::Deserialize;
 
-use super::{Request, RunCtx};
-use crate::clock;
+use super::RunCtx;
+use super::http::{excerpt, next_link, parse_time};
+use super::redeliver::{self, Answer, Candidate, Pacing, Resend};
 use crate::config::{GithubRedeliveryConfig, HookTarget};
-use crate::store::catchup::{self as sql, Op, RequestRecord};
 
 /// How far back GitHub redelivers (3 days), less an hour so an attempt
 /// does not age out between listing and asking.
@@ -36,8 +38,8 @@ const MAX_PAGES: u32 = 1000;
 
 mod api;
 
-pub use api::{API_VERSION, app_jwt, next_link, parse_time};
-use api::{check, excerpt, rate_limited, send};
+pub use api::{API_VERSION, app_jwt};
+use api::{check, rate_limited, send};
 
 /// One item of the deliveries list (`hook-delivery-item`).
 #[derive(Debug, Clone, Deserialize)]
@@ -50,34 +52,12 @@ pub struct Attempt {
     pub event: String,
 }
 
-/// A GUID's newest attempt, the one a redelivery names.
-struct Candidate {
-    guid: String,
-    attempt_id: i64,
-    event: String,
-    at: i64,
-}
-
 pub async fn run(ctx: &mut RunCtx<'_>, cfg: &GithubRedeliveryConfig) -> anyhow::Result<()> {
-    let source = ctx.job.source.clone();
-    let floor = ctx.started_at - MAX_AGE.as_millis() as i64;
-    let last = ctx
-        .runner
-        .db
-        .read({
-            let source = source.clone();
-            move |conn| sql::last_success(conn, &source, super::GITHUB_JOB)
-        })
-        .await?;
-    let start = last
-        .map(|at| at.saturating_sub(i64::try_from(cfg.overlap.as_millis()).unwrap_or(i64::MAX)))
-        .unwrap_or(floor)
-        .max(floor);
-    ctx.report.window_start = Some(start);
-
+    let start = redeliver::window_start(ctx, cfg.overlap, MAX_AGE).await?;
     let attempts = list(ctx, cfg, start).await?;
-    let candidates = choose(ctx, cfg, attempts).await?;
-    let transient = ask(ctx, cfg, candidates).await?;
+    let candidates = redeliver::choose(ctx, &cfg.event_types, attempts, MAX_AGE).await?;
+    let pacing = Pacing::Fixed(cfg.pace);
+    let transient = redeliver::ask_all(ctx, pacing, &Github(cfg), candidates).await?;
     ctx.report.complete = !transient;
     Ok(())
 }
@@ -87,7 +67,7 @@ async fn list(
     ctx: &mut RunCtx<'_>,
     cfg: &GithubRedeliveryConfig,
     start: i64,
-) -> anyhow::Result<Vec<(i64, Attempt)>> {
+) -> anyhow::Result<Vec<redeliver::Attempt>> {
     let first = format!("{}{}/deliveries?per_page=100", cfg.api_url, hook_path(cfg));
     let base = reqwest::Url::parse(&first).context("building the deliveries URL")?;
     let mut url = first;
@@ -117,7 +97,13 @@ async fn list(
             if at < start {
                 reached_start = true;
             } else {
-                kept.push((at, attempt));
+                kept.push(redeliver::Attempt {
+                    id: attempt.id,
+                    ok: attempt.status == "OK",
+                    key: attempt.guid,
+                    at,
+                    event: attempt.event,
+                });
             }
         }
         match next {
@@ -137,166 +123,41 @@ async fn list(
     }
 }
 
-/// Groups attempts by GUID and keeps the GUIDs to ask for, oldest first.
-async fn choose(
-    ctx: &mut RunCtx<'_>,
-    cfg: &GithubRedeliveryConfig,
-    attempts: Vec<(i64, Attempt)>,
-) -> anyhow::Result<Vec<Candidate>> {
-    let mut order: Vec<String> = Vec::new();
-    let mut groups: HashMap<String, Vec<(i64, Attempt)>> = HashMap::new();
-    for (at, a) in attempts {
-        if !groups.contains_key(&a.guid) {
-            order.push(a.guid.clone());
-        }
-        groups.entry(a.guid.clone()).or_default().push((at, a));
-    }
-    ctx.report.seen = order.len() as u32;
-    let mut candidates = Vec::new();
-    for guid in order {
-        let group = &groups[&guid];
-        if group.iter().any(|(_, a)| a.status == "OK") {
-            ctx.report.skipped.delivered += 1;
-            continue;
-        }
-        let (at, newest) = group
-            .iter()
-            .max_by_key(|(at, a)| (*at, a.id))
-            .expect("a group has at least one attempt");
-        if !cfg.event_types.is_empty() && !cfg.event_types.contains(&newest.event) {
-            ctx.report.skipped.filtered += 1;
-            continue;
-        }
-        candidates.push(Candidate {
-            guid,
-            attempt_id: newest.id,
-            event: newest.event.clone(),
-            at: *at,
-        });
-    }
-    let guids: Vec<String> = candidates.iter().map(|c| c.guid.clone()).collect();
-    let source = ctx.job.source.clone();
-    let since = ctx.started_at - 2 * MAX_AGE.as_millis() as i64;
-    let (held, prior) = ctx
-        .runner
-        .db
-        .read(move |conn| {
-            Ok((
-                sql::held(conn, &source, &guids)?,
-                sql::prior_requests(conn, &source, &guids, since)?,
-            ))
-        })
-        .await?;
-    let skipped = &mut ctx.report.skipped;
-    candidates.retain(|c| {
-        if held.contains(&c.guid) {
-            skipped.held += 1;
-        } else if prior.permanent.contains(&c.guid) {
-            skipped.refused_before += 1;
-        } else if prior
-            .asked
-            .get(&c.guid)
-            .is_some_and(|ids| ids.contains(&c.attempt_id))
-        {
-            skipped.asked_before += 1;
-        } else {
-            return true;
-        }
-        false
-    });
-    candidates.sort_by_key(|c| (c.at, c.attempt_id));
-    Ok(candidates)
-}
+/// One redelivery request: `POST …/deliveries/{id}/attempts`.
+struct Github<'a>(&'a GithubRedeliveryConfig);
 
-/// Asks for each candidate in turn. Returns whether some request failed in
-/// a way worth trying again next pass.
-async fn ask(
-    ctx: &mut RunCtx<'_>,
-    cfg: &GithubRedeliveryConfig,
-    candidates: Vec<Candidate>,
-) -> anyhow::Result<bool> {
-    let mut transient = false;
-    for (i, c) in candidates.into_iter().enumerate() {
-        if ctx.dry_run {
-            ctx.report.requests.push(request(&c, "would_ask", None));
-            continue;
-        }
-        if i > 0 {
-            ctx.pause(cfg.pace).await;
-        }
-        ctx.step().await?;
+impl Resend for Github<'_> {
+    const PROVIDER: &'static str = "GitHub";
+
+    async fn ask(&self, client: &reqwest::Client, c: &Candidate) -> Answer {
+        let cfg = self.0;
         let url = format!(
             "{}{}/deliveries/{}/attempts",
             cfg.api_url,
             hook_path(cfg),
             c.attempt_id
         );
-        let requested_at = clock::now_ms();
-        let answer = send(cfg, ctx.runner.client.post(&url)).await;
-        let (status, outcome, error, stop) = match answer {
-            Err(e) => (None, "failed", Some(format!("{e:#}")), None),
-            Ok(response) => {
-                let status = response.status();
-                let code = Some(status.as_u16());
-                if status.is_success() {
-                    (code, "asked", None, None)
-                } else if let Some(limit) = rate_limited(&response) {
-                    (code, "failed", Some(limit.to_string()), Some(limit.into()))
-                } else if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-                    let e = check(response, "asking for a redelivery")
-                        .await
-                        .expect_err("a 401 or 403 is an error");
-                    (code, "failed", Some(format!("{e:#}")), Some(e))
-                } else if status.is_client_error() {
-                    let body = excerpt(response).await;
-                    (code, "permanent", Some(body), None)
-                } else {
-                    (code, "failed", Some(excerpt(response).await), None)
-                }
-            }
+        let response = match send(cfg, client.post(&url)).await {
+            Ok(response) => response,
+            Err(e) => return Answer::Failed(None, format!("{e:#}")),
         };
-        match outcome {
-            "asked" => {}
-            "permanent" => {
-                ctx.report.failed += 1;
-                tracing::warn!(
-                    delivery.guid = %c.guid,
-                    attempt.id = c.attempt_id,
-                    status = status.unwrap_or_default(),
-                    "GitHub refused to redeliver; not asking for this delivery again"
-                );
-            }
-            _ => {
-                ctx.report.failed += 1;
-                transient = true;
-            }
+        let status = response.status();
+        let code = status.as_u16();
+        if status.is_success() {
+            Answer::Asked(code)
+        } else if let Some(limit) = rate_limited(&response) {
+            Answer::Stop(Some(code), limit.into())
+        } else if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            let e = match check(response, "asking for a redelivery").await {
+                Err(e) => e,
+                Ok(_) => anyhow::anyhow!("GitHub answered {status} asking for a redelivery"),
+            };
+            Answer::Stop(Some(code), e)
+        } else if status.is_client_error() {
+            Answer::Permanent(code, excerpt(response).await)
+        } else {
+            Answer::Failed(Some(code), excerpt(response).await)
         }
-        ctx.report.requests.push(request(&c, outcome, status));
-        let record = RequestRecord {
-            run_id: ctx.run_id,
-            source: ctx.job.source.clone(),
-            guid: c.guid,
-            attempt_id: c.attempt_id,
-            requested_at,
-            status_code: status,
-            outcome,
-            error,
-        };
-        ctx.runner.db.write(Op::Request(record)).await?;
-        if let Some(stop) = stop {
-            return Err(stop);
-        }
-    }
-    Ok(transient)
-}
-
-fn request(c: &Candidate, outcome: &'static str, status: Option<u16>) -> Request {
-    Request {
-        guid: c.guid.clone(),
-        attempt_id: c.attempt_id,
-        event: c.event.clone(),
-        outcome,
-        status,
     }
 }
 

@@ -1,9 +1,10 @@
 //! Catch-up: fetching what providers will not resend by themselves.
 //!
-//! Two jobs, one per source that configures it: [`github`] asks GitHub to
+//! One job per source that configures it: [`github`] asks GitHub to
 //! redeliver the deliveries that never succeeded (GitHub never retries on
-//! its own), and [`stripe`] lists the events Stripe still keeps and inserts
-//! the ones the inbox lacks. [`run_once`] is one pass of a job, shared by
+//! its own), [`gitlab`] asks GitLab to resend a hook's failed events (both
+//! on the shared `redeliver` loop), and [`stripe`] lists the events Stripe
+//! still keeps and inserts the ones the inbox lacks. [`run_once`] is one pass of a job, shared by
 //! the scheduler ([`CatchupHandle::run`]), the admin API
 //! ([`CatchupHandle::run_now`]) and `hookbox catch-up` ([`run_cli`]).
 //!
@@ -16,7 +17,10 @@
 
 mod db;
 pub mod github;
+pub mod gitlab;
 mod holder;
+mod http;
+mod redeliver;
 mod report;
 pub mod stripe;
 
@@ -30,13 +34,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::clock;
-use crate::config::{Config, GithubRedeliveryConfig, StripeBackfillConfig};
+use crate::config::{Config, GithubRedeliveryConfig, GitlabRedeliveryConfig, StripeBackfillConfig};
 use crate::store::catchup::{self as sql, Done, Op, RunCounts};
 use crate::store::{Store, WriterHandle};
 pub use db::Db;
 pub use report::{RateLimited, Request, RunReport, Skipped};
 
 pub const GITHUB_JOB: &str = "github_redelivery";
+pub const GITLAB_JOB: &str = "gitlab_redelivery";
 pub const STRIPE_JOB: &str = "stripe_backfill";
 
 /// How long a job lock holds without renewal. Each step of a pass renews
@@ -53,6 +58,7 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub enum JobSpec {
     Github(Arc<GithubRedeliveryConfig>),
+    Gitlab(Arc<GitlabRedeliveryConfig>),
     Stripe(Arc<StripeBackfillConfig>),
 }
 
@@ -71,6 +77,7 @@ impl Job {
     pub fn name(&self) -> &'static str {
         match self.spec {
             JobSpec::Github(_) => GITHUB_JOB,
+            JobSpec::Gitlab(_) => GITLAB_JOB,
             JobSpec::Stripe(_) => STRIPE_JOB,
         }
     }
@@ -78,6 +85,7 @@ impl Job {
     pub fn interval(&self) -> Duration {
         match &self.spec {
             JobSpec::Github(c) => c.interval,
+            JobSpec::Gitlab(c) => c.interval,
             JobSpec::Stripe(c) => c.interval,
         }
     }
@@ -93,10 +101,13 @@ pub fn jobs(config: &Config) -> Vec<Job> {
         .sources
         .iter()
         .filter_map(|s| {
-            let spec = match (&s.github_redelivery, &s.stripe_backfill) {
-                (Some(g), _) => JobSpec::Github(Arc::new(g.clone())),
-                (None, Some(st)) => JobSpec::Stripe(Arc::new(st.clone())),
-                (None, None) => return None,
+            // Validation allows at most one: each is tied to its kind.
+            let spec = if let Some(g) = &s.github_redelivery {
+                JobSpec::Github(Arc::new(g.clone()))
+            } else if let Some(g) = &s.gitlab_redelivery {
+                JobSpec::Gitlab(Arc::new(g.clone()))
+            } else {
+                JobSpec::Stripe(Arc::new(s.stripe_backfill.clone()?))
             };
             Some(Job {
                 source: s.name.clone(),
@@ -224,6 +235,7 @@ pub async fn run_once(
         };
         let result = match &job.spec {
             JobSpec::Github(cfg) => github::run(&mut ctx, cfg).await,
+            JobSpec::Gitlab(cfg) => gitlab::run(&mut ctx, cfg).await,
             JobSpec::Stripe(cfg) => stripe::run(&mut ctx, cfg).await,
         };
         report = ctx.report;
@@ -457,7 +469,7 @@ pub async fn run_cli(
         .find(|j| j.source == source)
         .ok_or_else(|| {
             anyhow::anyhow!(
-                "source {source:?} ({}) has no catch-up job: add [sources.github_redelivery] or stripe_backfill",
+                "source {source:?} ({}) has no catch-up job: add [sources.github_redelivery], gitlab_redelivery or stripe_backfill",
                 src.kind.as_str()
             )
         })?;

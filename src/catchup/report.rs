@@ -17,20 +17,25 @@ pub struct RateLimited {
     pub detail: String,
 }
 
-/// Why GUIDs (GitHub) or events (Stripe) were left alone.
+/// Why events (by GUID on GitHub, `Idempotency-Key` on GitLab, event id on
+/// Stripe) were left alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Skipped {
-    /// A GUID with an attempt GitHub marked `OK`.
+    /// An event with an attempt the provider counts delivered (GitHub
+    /// `OK`, GitLab 2xx).
     pub delivered: u32,
     /// Already in the inbox for this source.
     pub held: u32,
-    /// Its newest attempt was already asked for, and GitHub has not tried
-    /// it again yet.
+    /// Its newest attempt was already asked for, and the provider has not
+    /// tried it again yet.
     pub asked_before: u32,
-    /// GitHub refused a redelivery of it for good in an earlier pass.
+    /// The provider refused to send it again for good in an earlier pass.
     pub refused_before: u32,
     /// Not in `event_types`.
     pub filtered: u32,
+    /// GitLab: an attempt without `Idempotency-Key` or
+    /// `X-Gitlab-Webhook-UUID`, so nothing to look for in the inbox.
+    pub unidentified: u32,
 }
 
 /// One redelivery request (or, in a dry run, one that would be made).
@@ -40,7 +45,8 @@ pub struct Request {
     /// The attempt asked to redeliver: the GUID's newest.
     pub attempt_id: i64,
     pub event: String,
-    /// `asked`, `permanent`, `failed`, or `would_ask` in a dry run.
+    /// `asked`, `permanent`, `failed`; `deferred`: left for the next pass
+    /// by a rate limit; `would_ask` in a dry run.
     pub outcome: &'static str,
     pub status: Option<u16>,
 }
@@ -136,15 +142,20 @@ impl fmt::Display for RunReport {
         }
         writeln!(f, "pages read: {}, seen: {}", self.pages, self.seen)?;
         let s = &self.skipped;
-        writeln!(
+        write!(
             f,
             "skipped: {} delivered, {} already in the inbox, {} asked before, {} refused before, {} filtered out",
             s.delivered, s.held, s.asked_before, s.refused_before, s.filtered
         )?;
+        if s.unidentified > 0 {
+            write!(f, ", {} without a delivery id", s.unidentified)?;
+        }
+        writeln!(f)?;
         for r in &self.requests {
             let status = r.status.map(|s| format!(" ({s})")).unwrap_or_default();
             let verb = match r.outcome {
                 "would_ask" => "would ask",
+                "deferred" => "left for the next pass",
                 other => other,
             };
             writeln!(

@@ -1,5 +1,6 @@
-//! `[sources.github_redelivery]` and `[sources.stripe_backfill]`: the
-//! catch-up jobs of a source.
+//! `[sources.github_redelivery]`, `[sources.gitlab_redelivery]` (in
+//! [`gitlab`]) and `[sources.stripe_backfill]`: the catch-up jobs of a
+//! source.
 //!
 //! A `github` source may ask GitHub to redeliver what it failed to deliver
 //! (repository, organization or GitHub App hook); a `stripe` source may list
@@ -14,6 +15,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Secret, duration, limits, secret};
+
+mod gitlab;
+
+pub use gitlab::{
+    GitlabParent, GitlabRedeliveryConfig, Namespace, RawGitlabRedelivery, redact as redact_gitlab,
+    validate as validate_gitlab,
+};
 
 pub const GITHUB_API: &str = "https://api.github.com";
 pub const STRIPE_API: &str = "https://api.stripe.com";

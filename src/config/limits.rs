@@ -154,6 +154,24 @@ pub const GITHUB_OVERLAP: DurationLimit =
 /// only stretches a pass.
 pub const GITHUB_PACE: DurationLimit =
     duration("sources.github_redelivery.pace", Duration::ZERO, MINUTE);
+/// GitLab lists a hook's events for seven days: passes further apart miss
+/// failures for good.
+pub const GITLAB_INTERVAL: DurationLimit = duration(
+    "sources.gitlab_redelivery.interval",
+    SECOND,
+    Duration::from_secs(7 * 24 * 3600),
+);
+/// As [`GITHUB_OVERLAP`].
+pub const GITLAB_OVERLAP: DurationLimit =
+    duration("sources.gitlab_redelivery.overlap", Duration::ZERO, DAY);
+/// GitLab counts resends per minute. A pass may wait a whole window
+/// between two resends, and its job lock (10 minutes) must not run out
+/// meanwhile.
+pub const GITLAB_RESEND_WINDOW: DurationLimit = duration(
+    "sources.gitlab_redelivery.resend_window",
+    SECOND,
+    Duration::from_secs(5 * 60),
+);
 /// Weekly at least, well inside the 30 days Stripe keeps events.
 pub const STRIPE_INTERVAL: DurationLimit = duration(
     "sources.stripe_backfill.interval",
@@ -193,6 +211,9 @@ pub const DURATIONS: &[DurationLimit] = &[
     GITHUB_INTERVAL,
     GITHUB_OVERLAP,
     GITHUB_PACE,
+    GITLAB_INTERVAL,
+    GITLAB_OVERLAP,
+    GITLAB_RESEND_WINDOW,
     STRIPE_INTERVAL,
     STRIPE_OVERLAP,
     ALERT_MIN_INTERVAL,
@@ -247,6 +268,11 @@ pub const DELIVER_BREAKER_FAILURES: CountLimit =
 pub const ALERT_REJECTIONS_THRESHOLD: CountLimit =
     count("alerts.rejections_threshold", 1, 1_000_000);
 
+/// GitLab's own default is 5; an administrator may raise it, and past ten
+/// thousand a window there is no limit worth pacing for.
+pub const GITLAB_RESEND_LIMIT: CountLimit =
+    count("sources.gitlab_redelivery.resend_limit", 1, 10_000);
+
 /// Every count key.
 pub const COUNTS: &[CountLimit] = &[
     MAX_BODY_BYTES,
@@ -266,6 +292,7 @@ pub const COUNTS: &[CountLimit] = &[
     DELIVER_BREAKER_FAILURES,
     PULL_MAX_BYTES,
     ALERT_REJECTIONS_THRESHOLD,
+    GITLAB_RESEND_LIMIT,
 ];
 
 /// Integer keys that are identifiers, not amounts: nothing is counted or
@@ -273,4 +300,7 @@ pub const COUNTS: &[CountLimit] = &[
 pub const IDENTIFIERS: &[&str] = &[
     "sources.github_redelivery.hook_id",
     "sources.github_redelivery.app_id",
+    "sources.gitlab_redelivery.project",
+    "sources.gitlab_redelivery.group",
+    "sources.gitlab_redelivery.hook_id",
 ];

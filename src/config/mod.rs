@@ -34,8 +34,8 @@ use serde::{Deserialize, Serialize};
 pub use admin::{AdminConfig, RawAdmin};
 pub use alerts::{AlertConfig, Condition, Format, RawAlert, SigningKey};
 pub use catchup::{
-    AppId, GithubRedeliveryConfig, HookTarget, RawGithubRedelivery, RawStripeBackfill,
-    StripeBackfillConfig,
+    AppId, GithubRedeliveryConfig, GitlabParent, GitlabRedeliveryConfig, HookTarget, Namespace,
+    RawGithubRedelivery, RawGitlabRedelivery, RawStripeBackfill, StripeBackfillConfig,
 };
 pub use deliver::{DEFAULT_NAME, DeliverConfig, Destination, RawDeliver, RawDestinations};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
@@ -230,6 +230,9 @@ pub struct RawSource {
     /// Only for `kind = "github"`: ask GitHub to redeliver failed deliveries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github_redelivery: Option<RawGithubRedelivery>,
+    /// Only for `kind = "gitlab"`: ask GitLab to resend failed events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitlab_redelivery: Option<RawGitlabRedelivery>,
     /// Only for `kind = "stripe"`: fetch missed events from Stripe's API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stripe_backfill: Option<RawStripeBackfill>,
@@ -262,6 +265,7 @@ impl fmt::Debug for RawSource {
             .field("hmac", &self.hmac)
             .field("deliver", &self.deliver)
             .field("github_redelivery", &self.github_redelivery)
+            .field("gitlab_redelivery", &self.gitlab_redelivery)
             .field("stripe_backfill", &self.stripe_backfill)
             .field("allow_ips", &self.allow_ips)
             .field("public_url", &self.public_url)
@@ -359,6 +363,7 @@ pub struct SourceConfig {
     /// for the API, not dispatched.
     pub destinations: Vec<DeliverConfig>,
     pub github_redelivery: Option<GithubRedeliveryConfig>,
+    pub gitlab_redelivery: Option<GitlabRedeliveryConfig>,
     pub stripe_backfill: Option<StripeBackfillConfig>,
     /// `None`: every address may post.
     pub allow_ips: Option<AllowIps>,
@@ -456,6 +461,7 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
                 }
             }
             source.github_redelivery = None;
+            source.gitlab_redelivery = None;
             source.stripe_backfill = None;
         }
         raw
@@ -584,6 +590,7 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 hmac: None,
                 deliver: RawDestinations::None,
                 github_redelivery: None,
+                gitlab_redelivery: None,
                 stripe_backfill: None,
                 allow_ips: Vec::new(),
                 public_url: None,
@@ -723,6 +730,16 @@ fn validate_source(
         }
         (None, _) => None,
     };
+    let gitlab_redelivery = match (&src.gitlab_redelivery, src.kind) {
+        (Some(g), Kind::Gitlab) => {
+            catchup::validate_gitlab(g, &format!("{at}.gitlab_redelivery"), problems)
+        }
+        (Some(_), _) => {
+            problems.push(format!("{at}.gitlab_redelivery: only for kind \"gitlab\""));
+            None
+        }
+        (None, _) => None,
+    };
     let stripe_backfill = match (&src.stripe_backfill, src.kind) {
         (Some(s), Kind::Stripe) => {
             catchup::validate_stripe(s, &format!("{at}.stripe_backfill"), problems)
@@ -744,6 +761,7 @@ fn validate_source(
         hmac,
         destinations: destinations.expect("no problems means the destinations were built"),
         github_redelivery,
+        gitlab_redelivery,
         stripe_backfill,
         allow_ips,
         public_url: src.public_url.clone(),
@@ -981,6 +999,11 @@ impl Config {
                         .chain(s.deliver.iter().filter_map(|d| d.signing_secret.as_deref()))
                         .chain(redelivery.and_then(|g| g.token.as_deref()))
                         .chain(redelivery.and_then(|g| g.private_key.as_deref()))
+                        .chain(
+                            s.gitlab_redelivery
+                                .as_ref()
+                                .and_then(|g| g.token.as_deref()),
+                        )
                         .chain(s.stripe_backfill.as_ref().map(|b| b.api_key.as_str()))
                         .chain(s.verify_token.as_deref())
                 })
@@ -1013,6 +1036,9 @@ impl Config {
             }
             if let Some(g) = &mut src.github_redelivery {
                 catchup::redact_github(g);
+            }
+            if let Some(g) = &mut src.gitlab_redelivery {
+                catchup::redact_gitlab(g);
             }
             if let Some(s) = &mut src.stripe_backfill {
                 catchup::redact_stripe(s);

@@ -710,8 +710,8 @@ fn every_duration_and_count_field_has_a_limit() {
     );
 }
 
-/// A config with every table that holds a duration or a count: two
-/// sources, delivery and both catch-up jobs, TLS (ACME: checked for shape
+/// A config with every table that holds a duration or a count: three
+/// sources, delivery and every catch-up job, TLS (ACME: checked for shape
 /// only, so no files are needed).
 fn full_table() -> toml::Table {
     toml::from_str(&format!(
@@ -738,6 +738,11 @@ fn full_table() -> toml::Table {
         secrets = ["s"]
         stripe_backfill = {{ api_key = "k" }}
         deliver = {{ pull = {{ token = "pull-token-0123456789" }} }}
+        [[sources]]
+        name = "gitlab"
+        kind = "gitlab"
+        secrets = ["s"]
+        gitlab_redelivery = {{ project = "acme/shop", hook_id = 1, token = "t" }}
         [[alerts]]
         url = "https://hooks.slack.com/services/T0/B0/x"
         format = "slack"
@@ -886,6 +891,9 @@ fn absurd_durations_and_counts_are_all_refused_at_once() {
                 if rest.starts_with("stripe_backfill") || rest.starts_with("deliver.pull") =>
             {
                 format!("sources[1] (\"stripe\").{rest}: ")
+            }
+            Some(rest) if rest.starts_with("gitlab_redelivery") => {
+                format!("sources[2] (\"gitlab\").{rest}: ")
             }
             Some(rest) => format!("sources[0] (\"github\").{rest}: "),
             None => match key.strip_prefix("alerts.") {

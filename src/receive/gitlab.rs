@@ -15,6 +15,7 @@
 //! endpoint must only be reachable over TLS. GitLab's optional signing token
 //! (Standard Webhooks headers) is not handled here.
 
+use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -63,14 +64,21 @@ impl Gitlab {
     }
 
     pub fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
-        let id = header_str(req.headers, "idempotency-key")
-            .filter(|id| !id.is_empty())
-            .or_else(|| header_str(req.headers, "x-gitlab-webhook-uuid"));
         Ok(Identified::Event(Identity {
-            delivery_id: delivery_id(id)?,
+            delivery_id: delivery_id(delivery_key(req.headers))?,
             event_type: header_str(req.headers, "x-gitlab-event").map(str::to_owned),
         }))
     }
+}
+
+/// The header a GitLab delivery is keyed on: `Idempotency-Key`, else
+/// `X-Gitlab-Webhook-UUID`. Catch-up reads the same rule from the request
+/// headers GitLab lists for a hook event, so both agree on what the inbox
+/// holds.
+pub fn delivery_key(headers: &HeaderMap) -> Option<&str> {
+    header_str(headers, "idempotency-key")
+        .filter(|id| !id.is_empty())
+        .or_else(|| header_str(headers, "x-gitlab-webhook-uuid"))
 }
 
 fn digest(token: &[u8]) -> [u8; 32] {

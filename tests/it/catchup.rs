@@ -1,10 +1,13 @@
 //! Catch-up against fakes of GitHub's and Stripe's APIs (`fake.rs`): which
 //! redeliveries hookbox asks for, what it does on 401 and rate limits, the
 //! App JWT, the start-up pass after downtime; Stripe backfill in
-//! `stripe.rs`; the real binary through a simulated outage in `e2e.rs`.
+//! `stripe.rs`; GitLab resend against its own fake (`gitlab_fake.rs`) in
+//! `gitlab.rs`; the real binary through a simulated outage in `e2e.rs`.
 
 mod e2e;
 pub mod fake;
+mod gitlab;
+mod gitlab_fake;
 mod stripe;
 
 use std::path::Path;

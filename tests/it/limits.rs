@@ -54,7 +54,8 @@ const STRIPE_SECRET: &str = "whsec_limits";
 /// (without `listen`, `admin_listen` and `database`): a github source with
 /// a command destination and redelivery, a stripe source with backfill and
 /// a pull destination, a
-/// source allowing the `"github"` IP set (so the set refresher runs), TLS
+/// source allowing the `"github"` IP set (so the set refresher runs), a
+/// gitlab source with resend, TLS
 /// from files, snapshots, an alert. Every API is a port nobody listens on.
 fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
     let nowhere = format!("http://{}", free_addr());
@@ -86,6 +87,11 @@ fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
         kind = "shopify"
         secrets = ["s"]
         allow_ips = ["github"]
+        [[sources]]
+        name = "gitlab"
+        kind = "gitlab"
+        secrets = ["s"]
+        gitlab_redelivery = {{ project = 1, hook_id = 1, token = "t", api_url = "{nowhere}" }}
         [[alerts]]
         url = "{nowhere}/alert"
         format = "slack"
@@ -124,6 +130,9 @@ fn shown(key: &str) -> String {
     match key.strip_prefix("sources.") {
         Some(rest) if rest.starts_with("stripe_backfill") || rest.starts_with("deliver.pull") => {
             format!("sources[1] (\"stripe\").{rest}")
+        }
+        Some(rest) if rest.starts_with("gitlab_redelivery") => {
+            format!("sources[3] (\"gitlab\").{rest}")
         }
         Some(rest) => format!("sources[0] (\"github\").{rest}"),
         None => match key.strip_prefix("alerts.") {

@@ -1,6 +1,6 @@
 //! The HTTP side of GitHub redelivery: headers and credentials (token or
 //! App JWT), error statuses turned into errors that say what to fix, rate
-//! limits (catchup-apis.md §1.8), `Link` headers and delivery times.
+//! limits (catchup-apis.md §1.8).
 
 use anyhow::{Context, bail};
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderValue};
@@ -8,6 +8,7 @@ use reqwest::{Response, StatusCode};
 use serde::Serialize;
 
 use super::super::RateLimited;
+use super::super::http::excerpt;
 use crate::clock;
 use crate::config::{AppId, GithubRedeliveryConfig, HookTarget};
 
@@ -120,89 +121,4 @@ pub(super) fn rate_limited(response: &Response) -> Option<RateLimited> {
             (None, None) => format!("status {status}"),
         },
     })
-}
-
-pub(super) async fn excerpt(response: Response) -> String {
-    let bytes = response.bytes().await.unwrap_or_default();
-    crate::dispatch::excerpt(&bytes[..bytes.len().min(300)])
-}
-
-/// The `rel="next"` URL of a `Link` header, exactly as written.
-pub fn next_link(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(reqwest::header::LINK)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .find_map(|part| {
-            let (url, params) = part.trim().split_once(';')?;
-            let is_next = params.split(';').any(|p| {
-                let p = p.trim().replace(' ', "");
-                p == "rel=\"next\"" || p == "rel=next"
-            });
-            let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
-            is_next.then(|| url.to_owned())
-        })
-}
-
-/// An RFC 3339 time (`2024-05-01T12:00:00Z`, with an optional fraction and
-/// `Z` or `±HH:MM`) as unix milliseconds.
-pub fn parse_time(text: &str) -> Option<i64> {
-    let split = text
-        .len()
-        .checked_sub(6)
-        .filter(|i| text.is_char_boundary(*i))
-        .map(|i| text.split_at(i));
-    let (base, offset_secs) = match split {
-        Some((base, off))
-            if off.is_ascii()
-                && (off.starts_with('+') || off.starts_with('-'))
-                && &off[3..4] == ":" =>
-        {
-            let sign = if off.starts_with('-') { -1 } else { 1 };
-            let h: i64 = off[1..3].parse().ok()?;
-            let m: i64 = off[4..6].parse().ok()?;
-            (format!("{base}Z"), sign * (h * 3600 + m * 60))
-        }
-        _ => (text.to_owned(), 0),
-    };
-    let t = humantime::parse_rfc3339_weak(base.trim_end_matches('Z')).ok()?;
-    let ms = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
-    Some(ms - offset_secs * 1000)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn next_links_are_taken_verbatim_from_among_the_others() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            reqwest::header::LINK,
-            HeaderValue::from_static(
-                "<https://api.github.com/repositories/1/hooks/2/deliveries?per_page=100&cursor=v1_9>; rel=\"next\", <https://x/prev>; rel=\"prev\"",
-            ),
-        );
-        assert_eq!(
-            next_link(&h).as_deref(),
-            Some(
-                "https://api.github.com/repositories/1/hooks/2/deliveries?per_page=100&cursor=v1_9"
-            )
-        );
-        h.insert(
-            reqwest::header::LINK,
-            HeaderValue::from_static("<https://x/prev>; rel=\"prev\""),
-        );
-        assert_eq!(next_link(&h), None);
-    }
-
-    #[test]
-    fn times_parse_with_z_fractions_and_offsets() {
-        let z = parse_time("2021-06-03T00:57:16Z").unwrap();
-        assert_eq!(z, 1_622_681_836_000);
-        assert_eq!(parse_time("2021-06-03T00:57:16.500Z"), Some(z + 500));
-        assert_eq!(parse_time("2021-06-03T02:57:16+02:00"), Some(z));
-        assert_eq!(parse_time("yesterday"), None);
-    }
 }

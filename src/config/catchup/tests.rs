@@ -216,3 +216,132 @@ fn an_app_hook_needs_a_readable_rsa_key() {
     ));
     assert!(config.redacted_toml().contains("file:"));
 }
+
+const GITLAB: &str = r#"
+[[sources]]
+name = "gitlab"
+kind = "gitlab"
+secrets = ["s"]
+"#;
+
+fn gitlab(table: &str) -> Result<GitlabRedeliveryConfig, ConfigError> {
+    let config = load(&format!("{GITLAB}gitlab_redelivery = {{ {table} }}\n"))?;
+    Ok(config
+        .source("gitlab")
+        .unwrap()
+        .gitlab_redelivery
+        .clone()
+        .unwrap())
+}
+
+#[test]
+fn a_gitlab_project_hook_gets_every_default_and_its_path_encoded() {
+    let g = gitlab(r#"project = "acme/tools/shop", hook_id = 9, token = "glpat-literal""#).unwrap();
+    assert_eq!(
+        g.parent,
+        GitlabParent::Project("acme%2Ftools%2Fshop".into())
+    );
+    assert_eq!(g.hook_path(), "/projects/acme%2Ftools%2Fshop/hooks/9");
+    assert_eq!(g.token.expose(), "glpat-literal");
+    assert_eq!(g.api_url, "https://gitlab.com/api/v4");
+    assert_eq!(g.interval, Duration::from_secs(3600));
+    assert_eq!(g.overlap, Duration::from_secs(600));
+    assert_eq!(g.resend_limit, 5, "GitLab's own limit");
+    assert_eq!(g.resend_window, Duration::from_secs(60));
+    assert!(g.event_types.is_empty());
+
+    for (written, id) in [
+        ("project = 42", "/projects/42/"),
+        (r#"project = "42""#, "/projects/42/"),
+        (r#"project = "acme%2Fshop""#, "/projects/acme%2Fshop/"),
+        ("group = 7", "/groups/7/"),
+        (r#"group = "acme/platform""#, "/groups/acme%2Fplatform/"),
+    ] {
+        let g = gitlab(&format!(r#"{written}, hook_id = 3, token = "t""#)).unwrap();
+        assert!(
+            g.hook_path().starts_with(id),
+            "{written}: {}",
+            g.hook_path()
+        );
+    }
+    let g = gitlab(
+        r#"group = "acme", hook_id = 3, token = "t", api_url = "https://git.example.com/api/v4/", resend_limit = 50, resend_window = "10s", event_types = ["Push Hook"]"#,
+    )
+    .unwrap();
+    assert_eq!(g.api_url, "https://git.example.com/api/v4");
+    assert_eq!(
+        (g.resend_limit, g.resend_window),
+        (50, Duration::from_secs(10))
+    );
+    assert_eq!(g.event_types, ["Push Hook"]);
+}
+
+#[test]
+fn every_gitlab_catch_up_problem_is_reported_naming_its_key() {
+    let err = load(
+        r#"
+        [[sources]]
+        name = "both"
+        kind = "gitlab"
+        secrets = ["s"]
+        gitlab_redelivery = { project = 1, group = 2, hook_id = 1, token = "t" }
+        [[sources]]
+        name = "neither"
+        kind = "gitlab"
+        secrets = ["s"]
+        gitlab_redelivery = { hook_id = 1, token = "t" }
+        [[sources]]
+        name = "bad"
+        kind = "gitlab"
+        secrets = ["s"]
+        gitlab_redelivery = { project = "acme/../etc", hook_id = 0, api_url = "ftp://x", resend_limit = 0, resend_window = "0s", interval = "8d" }
+        [[sources]]
+        name = "gh"
+        kind = "github"
+        secrets = ["s"]
+        gitlab_redelivery = { project = 1, hook_id = 1, token = "glpat-supersecret" }
+        [[sources]]
+        name = "unset"
+        kind = "gitlab"
+        secrets = ["s"]
+        gitlab_redelivery = { group = -4, hook_id = 1, token = "env:HOOKBOX_TEST_SURELY_UNSET_GITLAB_TOKEN" }
+        "#,
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for needle in [
+        "sources[0] (\"both\").gitlab_redelivery: set exactly one of project or group",
+        "sources[1] (\"neither\").gitlab_redelivery: set exactly one of project or group",
+        "sources[2] (\"bad\").gitlab_redelivery.project: a numeric id or a full path",
+        "sources[2] (\"bad\").gitlab_redelivery.hook_id: must be a positive number",
+        "sources[2] (\"bad\").gitlab_redelivery.token: needed",
+        "sources[2] (\"bad\").gitlab_redelivery.api_url",
+        "sources[2] (\"bad\").gitlab_redelivery.resend_limit: 0 is under the minimum",
+        "sources[2] (\"bad\").gitlab_redelivery.resend_window",
+        "sources[2] (\"bad\").gitlab_redelivery.interval",
+        "sources[3] (\"gh\").gitlab_redelivery: only for kind \"gitlab\"",
+        "sources[4] (\"unset\").gitlab_redelivery.group: an id must be a positive number",
+        "sources[4] (\"unset\").gitlab_redelivery.token (env:HOOKBOX_TEST_SURELY_UNSET_GITLAB_TOKEN)",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    assert!(!text.contains("glpat-supersecret"), "{text}");
+}
+
+#[test]
+fn check_output_and_debug_never_show_the_gitlab_token() {
+    let config =
+        load(&format!("{GITLAB}gitlab_redelivery = {{ project = \"a/b\", hook_id = 1, token = \"glpat-supersecret\" }}\n"))
+            .unwrap();
+    let printed = config.redacted_toml();
+    let debug = format!("{config:?}");
+    assert!(!printed.contains("glpat-supersecret"), "{printed}");
+    assert!(!debug.contains("glpat-supersecret"), "{debug}");
+    assert!(printed.contains("project = \"a/b\""), "{printed}");
+    let with_env = load(&format!(
+        "{GITLAB}gitlab_redelivery = {{ project = 1, hook_id = 1, token = \"env:HOOKBOX_TEST_GITLAB_TOKEN_NAME\" }}\n"
+    ));
+    // The variable is unset, so loading fails; the reference is still named.
+    let text = with_env.unwrap_err().to_string();
+    assert!(text.contains("HOOKBOX_TEST_GITLAB_TOKEN_NAME"), "{text}");
+}
