@@ -37,6 +37,7 @@ use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
 use super::replay::ReplayFilter;
 use super::retention::PruneBatch;
+use super::search::Indexer;
 use super::syncer::Syncer;
 use crate::metrics::WriterMetrics;
 
@@ -400,6 +401,8 @@ pub struct Helpers {
     pub recent: Arc<RecentKeys>,
     /// Counts committed groups (see [`WriterHandle::heartbeat`]).
     pub progress: Arc<AtomicU64>,
+    /// `None` with search off.
+    pub indexer: Option<Indexer>,
 }
 
 /// Starts the writer thread on `conn`, with room for `queue` waiting commands.
@@ -457,7 +460,7 @@ impl Writer {
 
     fn run(mut self, mut rx: mpsc::Receiver<WriteCmd>) {
         let mut batch = Vec::with_capacity(64);
-        while let Some(first) = rx.blocking_recv() {
+        while let Some(first) = self.next_command(&mut rx) {
             batch.push(first);
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
@@ -466,8 +469,51 @@ impl Writer {
                 }
             }
             self.commit_group(&mut batch);
+            // One step after each group, after its answers went out: under
+            // a steady stream of inserts the index keeps pace a step
+            // behind, and no insert waits for the words of its own body.
+            self.index_step();
         }
         self.stop();
+    }
+
+    /// The next command; while the search index is behind and nothing is
+    /// queued, indexes meanwhile (an upgraded database catches up so).
+    fn next_command(&mut self, rx: &mut mpsc::Receiver<WriteCmd>) -> Option<WriteCmd> {
+        while self.helpers.indexer.as_ref().is_some_and(Indexer::behind) {
+            match rx.try_recv() {
+                Ok(cmd) => return Some(cmd),
+                Err(mpsc::error::TryRecvError::Empty) => self.index_step(),
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            }
+        }
+        rx.blocking_recv()
+    }
+
+    /// Indexes the next events for search, when there may be some; a
+    /// failure is logged by the indexer and tried again after the next
+    /// group.
+    fn index_step(&mut self) {
+        if self.helpers.poisoned.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(indexer) = self.helpers.indexer.as_mut() else {
+            return;
+        };
+        if !indexer.behind() {
+            return;
+        }
+        let started = Instant::now();
+        if let Ok(seen) = indexer.step(&mut self.conn)
+            && seen > 0
+        {
+            self.helpers.checkpointer.0.nudge();
+            tracing::trace!(
+                events = seen,
+                took_us = started.elapsed().as_micros() as u64,
+                "search index step"
+            );
+        }
     }
 
     /// Stops the syncer (which answers what it holds) and the checkpointer,
@@ -522,6 +568,9 @@ impl Writer {
             Ok(results) => {
                 self.recovered();
                 self.helpers.progress.fetch_add(1, Ordering::Relaxed);
+                if let Some(indexer) = self.helpers.indexer.as_mut() {
+                    indexer.touched();
+                }
                 self.helpers.checkpointer.0.nudge();
                 let recent = &self.helpers.recent;
                 let mut durable = Vec::new();
