@@ -16,6 +16,10 @@
 //! by itself once the cause is gone. A command that fails on its own is
 //! rolled back to its savepoint and answered alone; the others commit.
 //!
+//! After each group, and while nothing is queued, the thread indexes new
+//! events for search in a transaction of its own ([`super::search`]), so
+//! no answer waits for the words of a body.
+//!
 //! The thread exits when every [`WriterHandle`] has been dropped, after it
 //! has answered what was queued, stopped the syncer and the checkpointer,
 //! and checkpointed the WAL.

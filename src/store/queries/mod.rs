@@ -165,6 +165,8 @@ fn delivery_row(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<DeliveryRo
 /// partial index (`deliveries_due`, `deliveries_dead`), whose rows are
 /// sorted by event. So that such a sort orders ids alone, the page is
 /// picked first and only its rows get their summary columns.
+///
+/// With `q`, the walk starts from the search index instead (below).
 fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
     let mut args: Vec<SqlValue> = Vec::new();
     let columns = summary_columns();
