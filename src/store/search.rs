@@ -34,12 +34,14 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 /// thread: a 25 MiB body indexed whole would hold every insert behind it
 /// for a noticeable time, for words far down a payload that people rarely
 /// search for. The cut falls between two words.
-pub const MAX_INDEXED_BYTES: usize = 1024 * 1024;
+pub const MAX_INDEXED_BYTES: usize = 256 * 1024;
 
-/// Most events one step indexes, and most bytes of text: bounds how long
-/// a step holds the writer (a step runs between two groups of inserts).
+/// Most events one step indexes, and most bytes of bodies it reads: bounds
+/// how long a step holds the writer (a step runs between two groups of
+/// inserts, so this is added to the wait of the group after it). A body
+/// larger than this is read in a step of its own.
 const STEP_ROWS: i64 = 1024;
-const STEP_BYTES: usize = 4 * 1024 * 1024;
+const STEP_BYTES: usize = 1024 * 1024;
 
 /// The longest query, in characters, and the most terms in it.
 pub const MAX_QUERY_CHARS: usize = 500;
@@ -249,8 +251,8 @@ fn index_after(conn: &Connection, after: i64) -> anyhow::Result<(usize, i64)> {
             insert
                 .execute(params![id, text])
                 .context("indexing an event")?;
-            bytes += text.len();
         }
+        bytes += body.map_or(0, <[u8]>::len);
         seen += 1;
         mark = id;
         if bytes >= STEP_BYTES {
