@@ -8,14 +8,15 @@
 //! when the event or its body goes (retention, purge), so this module only
 //! adds.
 //!
-//! Indexing is off the receive path: the writer commits a group of
-//! inserts, answers it, and then, in a transaction of its own, indexes the
-//! events past the high-water mark `meta.search_indexed_through` and moves
+//! Indexing is off the receive path: once no command has come for a
+//! moment, the writer indexes the events past the high-water mark
+//! `meta.search_indexed_through` in transactions of their own and moves
 //! the mark ([`Indexer::step`]). The mark and the words it covers commit
 //! together, so after a crash indexing resumes where it stopped, and an
-//! event is indexed once. While the writer is busy it indexes one step
-//! after each group; while idle, until it has caught up (how an upgraded
-//! database, or one where search was just turned on, gets its old events).
+//! event is indexed once. During a burst of ingest nothing is indexed
+//! unless tens of thousands of events wait (`super::writer`); after it,
+//! the index catches up (as an upgraded database, or one where search was
+//! just turned on, gets its old events).
 //! A body that is not UTF-8 is not indexed; of a longer one, the first
 //! [`MAX_INDEXED_BYTES`] are.
 //!
@@ -178,6 +179,16 @@ impl Indexer {
     /// Whether events may be waiting to be indexed.
     pub fn behind(&self) -> bool {
         self.behind
+    }
+
+    /// How many events wait to be indexed (ids past the mark: an upper
+    /// bound, as some may have been deleted).
+    pub fn waiting(&self, conn: &Connection) -> anyhow::Result<i64> {
+        let newest: i64 = conn
+            .prepare_cached("SELECT coalesce(max(id), 0) FROM events")?
+            .query_row([], |r| r.get(0))
+            .context("reading the newest event's id")?;
+        Ok(newest - self.mark)
     }
 
     /// A group committed: it may have added events.
