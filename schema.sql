@@ -175,3 +175,19 @@ CREATE TABLE destination_pauses (
     next_probe_at INTEGER,            -- unix ms; breaker pauses only
     PRIMARY KEY (source, destination, cause)
 ) WITHOUT ROWID;
+
+-- Version 11: full-text search of event bodies (see
+-- src/store/migrations/0011_search.sql for the choices).
+CREATE VIRTUAL TABLE events_fts USING fts5 (
+    body,
+    content = '',
+    contentless_delete = 1,
+    tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER events_fts_delete AFTER DELETE ON events BEGIN
+    DELETE FROM events_fts WHERE rowid = old.id;
+END;
+CREATE TRIGGER events_fts_drop_body AFTER UPDATE OF body ON events
+    WHEN new.body IS NULL AND old.body IS NOT NULL BEGIN
+    DELETE FROM events_fts WHERE rowid = old.id;
+END;

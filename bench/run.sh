@@ -13,7 +13,10 @@
 #   OUTAGE=1 bench/run.sh              # also the outage scenarios (minutes each)
 #   SCENARIOS="outage outage_before" RUNS=3 bench/run.sh   # only them
 #
-# Scenarios: new (unique ids), dup90 / dupNN (NN % resent ids), deliver (as
+# Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
+# = false`: ingest without the full-text index, to compare; not in the
+# default list: SCENARIOS="new new_nosearch"), dup90 / dupNN (NN % resent
+# ids), deliver (as
 # new, with a url destination answering 204 at once: delivered/s, receipt-to-
 # downstream latency, backlog drain after the ingest stops), deliver2 (as
 # deliver, with two [[sources.deliver]] destinations: `a` takes every event,
@@ -125,6 +128,7 @@ for scenario in $SCENARIOS; do
     extra=()
     case "$scenario" in
         new) dup=0 ;;
+        new_nosearch) dup=0; extra=(--no-search) ;;
         dup90) dup=0.9 ;;
         dup[0-9]*) dup="$(awk -v p="${scenario#dup}" 'BEGIN { print p / 100 }')" ;;
         deliver) dup=0; extra=(--deliver --drain-timeout "$DRAIN_TIMEOUT") ;;
@@ -147,7 +151,7 @@ for scenario in $SCENARIOS; do
             else
                 extra=(--outage before "${outage[@]}")
             fi ;;
-        *) echo "unknown scenario: $scenario (use new, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
+        *) echo "unknown scenario: $scenario (use new, new_nosearch, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
     esac
     runs="$RUNS"
     connections="$CONNECTIONS"
@@ -200,6 +204,9 @@ FIGURES = [
     ("shutdown_ms", "shutdown ms", 0),
     ("rows", "rows", 0),
     ("rows_match", "rows match", 0),
+    ("index_lag_at_ingest_end", "events not yet indexed at ingest end", 0),
+    ("index_bytes_per_event", "search index bytes/event", 0),
+    ("db_bytes_per_event", "database bytes/event", 0),
 ]
 # Shown only for runs that have them (--deliver).
 DELIVER_FIGURES = [
@@ -293,11 +300,13 @@ for scenario, rs in runs.items():
 if runs:
     print("-- medians")
     keys = ["accepted_per_sec", "duplicates_per_sec", "requests_per_sec", "p50_ms", "p99_ms",
-            "p999_ms", "peak_rss_mib", "idle_rss_mib", "startup_ms"]
+            "p999_ms", "peak_rss_mib", "idle_rss_mib", "startup_ms", "db_bytes_per_event"]
     head = ["scenario"] + keys
     table = [head]
     for scenario, rs in runs.items():
-        table.append([scenario] + [fmt(statistics.median([r[k] for r in rs]), DECIMALS[k]) for k in keys])
+        meds = [statistics.median(v) if v else None
+                for v in ([r[k] for r in rs if isinstance(r.get(k), (int, float))] for k in keys)]
+        table.append([scenario] + [fmt(m, DECIMALS[k]) for m, k in zip(meds, keys)])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))

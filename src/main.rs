@@ -13,6 +13,7 @@ use hookbox::config::{self, Config};
 use hookbox::dispatch::replay as plan;
 use hookbox::store::listing::{self, ListFilter};
 use hookbox::store::replay as replay_sql;
+use hookbox::store::search::SearchQuery;
 use hookbox::store::{backup, queries, retention};
 use hookbox::telemetry::{self, LogFormat};
 
@@ -99,6 +100,10 @@ enum Command {
         state: Option<StateArg>,
         #[arg(long)]
         event_type: Option<String>,
+        /// Only events whose body has all these words; `word*` matches a
+        /// prefix (needs `[search] enabled`, the default).
+        #[arg(long)]
+        q: Option<String>,
         /// Most events to list.
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -290,6 +295,7 @@ fn main() -> ExitCode {
             destination,
             state,
             event_type,
+            q,
             limit,
             json,
         } => {
@@ -300,11 +306,19 @@ fn main() -> ExitCode {
                 );
                 return ExitCode::from(2);
             }
+            let q = match q.map(|q| search_query(&config, &q)).transpose() {
+                Ok(q) => q,
+                Err(reason) => {
+                    eprintln!("hookbox events: --{reason}");
+                    return ExitCode::from(2);
+                }
+            };
             let filter = ListFilter {
                 source,
                 destination,
                 state: state.map(|s| state_name(s).to_owned()),
                 event_type,
+                q,
                 limit,
             };
             report("events", events(&config, &filter, json))
@@ -675,6 +689,14 @@ fn backup(config: &Config, dest: &Path, force: bool) -> anyhow::Result<()> {
         copied.size_bytes
     );
     Ok(())
+}
+
+/// `--q` as the listing takes it, or why not.
+fn search_query(config: &Config, q: &str) -> Result<SearchQuery, String> {
+    if !config.search.enabled {
+        return Err("q: search is off in this config ([search] enabled = false)".to_owned());
+    }
+    SearchQuery::parse(q).map_err(|e| e.to_string())
 }
 
 fn events(config: &Config, filter: &ListFilter, json: bool) -> anyhow::Result<()> {

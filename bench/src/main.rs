@@ -62,6 +62,7 @@ use payload::Signer;
 use pull::listen::{ListenChild, ListenExit};
 use server::{
     Deliver, SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_status_kib,
+    search_figures,
 };
 
 /// How long the server idles after /readyz before its idle RSS is read.
@@ -101,6 +102,10 @@ struct Args {
     /// server.durability in the generated config.
     #[arg(long, default_value = "full", value_parser = ["full", "normal"])]
     durability: String,
+    /// `[search] enabled = false` in the generated config: ingest without
+    /// the full-text index, to compare with it.
+    #[arg(long)]
+    no_search: bool,
     /// Load generator threads (1 = a current-thread runtime, leaving the
     /// other cores to the server).
     #[arg(long, default_value_t = 1)]
@@ -330,6 +335,13 @@ struct Report {
     drain_timeout: f64,
     /// `--listen` runs only: how `hookbox listen` ended after SIGINT.
     listen: Option<ListenExit>,
+    /// Whether the server indexed bodies (`--no-search` turns it off).
+    search: bool,
+    /// Events not yet indexed when the load stopped.
+    index_lag_at_end: Option<i64>,
+    /// The search index's pages and the whole file, after the stop.
+    index_bytes: i64,
+    db_bytes: i64,
 }
 
 async fn scenario(args: Args) -> Result<bool> {
@@ -384,7 +396,8 @@ async fn scenario(args: Args) -> Result<bool> {
         };
         downstream = Some(d);
     }
-    let (mut server, startup) = Server::start(&binary, &args.durability, &deliver_to).await?;
+    let (mut server, startup) =
+        Server::start(&binary, &args.durability, !args.no_search, &deliver_to).await?;
     let pid = server.pid();
     if args.keep {
         eprintln!("keeping {}", server.keep_dir().display());
@@ -426,6 +439,8 @@ async fn scenario(args: Args) -> Result<bool> {
     let load = load::run(Arc::new(cfg)).await;
     let load_wall = load_started.elapsed();
     let ingest_end = Instant::now();
+    // How far the index trails the last insert when the load stops.
+    let lag_at_end = search_figures(&server.database).ok().map(|f| f.lag_rows);
     let cpu_used = |before: Option<Duration>, pid: u32| {
         Some(proc_cpu(pid, ticks).ok()?.saturating_sub(before?))
     };
@@ -460,6 +475,7 @@ async fn scenario(args: Args) -> Result<bool> {
         .stop(Duration::from_secs_f64(args.stop_timeout))
         .await?;
     let rows = count_events(&server.database)?;
+    let search = search_figures(&server.database)?;
     let deliver = match (&mut downstream, &receipts, &drain) {
         (Some(d), Some(r), Some(drain)) => {
             // Whatever arrived during the shutdown counts too.
@@ -500,12 +516,21 @@ async fn scenario(args: Args) -> Result<bool> {
         deliver,
         drain_timeout: args.drain_timeout,
         listen,
+        search: !args.no_search,
+        index_lag_at_end: lag_at_end,
+        index_bytes: search.index_bytes,
+        db_bytes: search.db_bytes,
     };
     let ok = report.print();
     if !ok {
         eprintln!("server log (tail):\n{}", server.log_tail(40));
     }
     Ok(ok)
+}
+
+/// `bytes` over `rows`, rounded; none without rows.
+fn per_row(bytes: i64, rows: u64) -> Option<f64> {
+    (rows > 0).then(|| round(bytes as f64 / rows as f64, 0))
 }
 
 /// Keeps the highest VmRSS seen in `peak` until aborted.
@@ -624,6 +649,16 @@ impl Report {
             ("durability", json!(self.durability)),
             ("duplicates", json!(self.duplicates_share)),
             ("loadgen_threads", json!(self.threads)),
+            ("search", json!(self.search)),
+            ("index_lag_at_ingest_end", json!(self.index_lag_at_end)),
+            (
+                "index_bytes_per_event",
+                json!(per_row(self.index_bytes, self.rows)),
+            ),
+            (
+                "db_bytes_per_event",
+                json!(per_row(self.db_bytes, self.rows)),
+            ),
         ];
         let mut fields: Vec<(String, Value)> =
             fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();

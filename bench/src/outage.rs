@@ -160,7 +160,7 @@ pub async fn run(args: &Args, mode: Mode, binary: &Path, nonce: u64) -> Result<b
         breaker_failures: (mode == Mode::Before).then_some(0),
         breaker_probe: (mode == Mode::After).then(|| args.probe.clone()),
     });
-    let (mut server, _) = Server::start(binary, &args.durability, &config).await?;
+    let (mut server, _) = Server::start(binary, &args.durability, !args.no_search, &config).await?;
     if args.keep {
         eprintln!("keeping {}", server.keep_dir().display());
     }

@@ -57,6 +57,7 @@ impl Server {
     pub async fn start(
         binary: &Path,
         durability: &str,
+        search: bool,
         deliver: &Deliver,
     ) -> Result<(Server, Duration)> {
         let dir = tempfile::Builder::new()
@@ -67,7 +68,7 @@ impl Server {
         let (public, admin) = two_free_ports()?;
         let database = dir_path.join("hookbox.db");
         let config = dir_path.join("hookbox.toml");
-        let mut toml = config_toml(public, admin, &database, durability);
+        let mut toml = config_toml(public, admin, &database, durability, search);
         match deliver {
             Deliver::Nowhere => {}
             Deliver::One {
@@ -203,7 +204,13 @@ impl Server {
     }
 }
 
-fn config_toml(public: SocketAddr, admin: SocketAddr, database: &Path, durability: &str) -> String {
+fn config_toml(
+    public: SocketAddr,
+    admin: SocketAddr,
+    database: &Path,
+    durability: &str,
+    search: bool,
+) -> String {
     // `{:?}` quotes and escapes the path the way a TOML basic string expects
     // for any path a temp dir produces.
     format!(
@@ -212,6 +219,9 @@ listen = "{public}"
 admin_listen = "{admin}"
 database = {database:?}
 durability = "{durability}"
+
+[search]
+enabled = {search}
 
 [[sources]]
 name = "github"
@@ -450,6 +460,34 @@ pub fn count_events(database: &Path) -> Result<u64> {
         .query_row("SELECT count(*) FROM events", [], |row| row.get(0))
         .context("counting events")?;
     u64::try_from(n).context("a negative row count")
+}
+
+/// What the search index holds, through a read-only connection.
+#[derive(Debug, Clone, Copy)]
+pub struct SearchFigures {
+    /// Events past the indexer's mark: how far indexing trails ingest.
+    pub lag_rows: i64,
+    /// Pages of the FTS5 index's own tables, in bytes.
+    pub index_bytes: i64,
+    /// The whole database file (page count × page size), in bytes.
+    pub db_bytes: i64,
+}
+
+pub fn search_figures(database: &Path) -> Result<SearchFigures> {
+    let conn = open_read_only(database)?;
+    let one = |sql: &str| -> Result<i64> {
+        conn.query_row(sql, [], |row| row.get(0))
+            .with_context(|| format!("reading {sql}"))
+    };
+    Ok(SearchFigures {
+        lag_rows: one("SELECT coalesce((SELECT max(id) FROM events), 0)
+                  - coalesce((SELECT CAST(value AS INTEGER) FROM meta
+                              WHERE key = 'search_indexed_through'), 0)")?,
+        index_bytes: one(
+            "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name LIKE 'events_fts%'",
+        )?,
+        db_bytes: one("SELECT page_count * page_size FROM pragma_page_count, pragma_page_size")?,
+    })
 }
 
 /// Rows per `events.state`, through a read-only connection.

@@ -316,7 +316,7 @@ _hookbox() {
             return 0
             ;;
         hookbox__subcmd__events)
-            opts="-h --source --destination --state --event-type --limit --json --config --log-format --help"
+            opts="-h --source --destination --state --event-type --q --limit --json --config --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -335,6 +335,10 @@ _hookbox() {
                     return 0
                     ;;
                 --event-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --q)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -75,6 +75,7 @@ delivered\t''
 dead\t''
 stored\t''"
 complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l event-type -r
+complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l q -d 'Only events whose body has all these words; `word*` matches a prefix (needs `[search] enabled`, the default)' -r
 complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l limit -d 'Most events to list' -r
 complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l config -d 'Config file. Without it: /etc/hookbox/hookbox.toml if present, else the embedded default' -r -F
 complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l log-format -d 'Log format' -r -f -a "text\t''

@@ -42,10 +42,12 @@ pub struct ListParams {
     until: Option<String>,
     limit: Option<String>,
     before: Option<String>,
+    /// Words (and `prefix*`) the body must have.
+    q: Option<String>,
 }
 
 impl ListParams {
-    fn filter(self) -> Result<EventFilter, ApiError> {
+    fn filter(self, search_enabled: bool) -> Result<EventFilter, ApiError> {
         // A delivery is never `stored`: that is an event without any.
         let states: &[&str] = match self.destination {
             Some(_) => &DELIVERY_STATES,
@@ -73,7 +75,13 @@ impl ListParams {
                     .ok_or_else(|| invalid("before: must be an event id (a positive integer)"))?,
             ),
         };
+        // An empty `q=` (a form sent with an empty box) searches nothing.
+        let q = match self.q.as_deref().filter(|q| !q.trim().is_empty()) {
+            None => None,
+            Some(q) => Some(super::search_query(search_enabled, q)?),
+        };
         Ok(EventFilter {
+            q,
             since: self
                 .since
                 .as_deref()
@@ -115,7 +123,7 @@ pub async fn list(
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<queries::EventPage>, ApiError> {
     let Query(params) = params.map_err(|e| invalid(e.body_text()))?;
-    let filter = params.filter()?;
+    let filter = params.filter(st.config.search.enabled)?;
     let page = st
         .store
         .read(move |c| queries::list_events(c, &filter))
@@ -399,7 +407,7 @@ mod tests {
 
     #[test]
     fn each_bad_filter_is_named() {
-        let bad = |p: ListParams| match p.filter() {
+        let bad = |p: ListParams| match p.filter(true) {
             Err(ApiError::BadRequest { detail, .. }) => detail,
             other => panic!("{other:?}"),
         };
@@ -425,5 +433,10 @@ mod tests {
             ..ListParams::default()
         });
         assert!(until.starts_with("until:"), "{until}");
+        let q = bad(ListParams {
+            q: Some("* ()".into()),
+            ..ListParams::default()
+        });
+        assert!(q.starts_with("q:"), "{q}");
     }
 }

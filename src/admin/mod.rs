@@ -36,6 +36,7 @@ use crate::catchup::CatchupHandle;
 use crate::config::{Config, Secret};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::store::search::SearchQuery;
 use crate::store::{Store, WriterHandle};
 
 /// Largest page `GET /api/events` and `GET /api/catch-up` return.
@@ -62,7 +63,24 @@ pub struct AdminState {
     pub catchup: CatchupHandle,
 }
 
+/// `q=` as the listings take it: refused with its reason when it is no
+/// query (see [`SearchQuery::parse`]) or search is off.
+pub(crate) fn search_query(enabled: bool, q: &str) -> Result<SearchQuery, ApiError> {
+    if !enabled {
+        return Err(ApiError::bad_request(
+            "search_disabled",
+            "q: search is off in this server's config ([search] enabled = false)",
+        ));
+    }
+    SearchQuery::parse(q).map_err(|e| ApiError::bad_request("invalid_filter", e.to_string()))
+}
+
 impl AdminState {
+    /// `q=` as the listings take it (see [`search_query`]).
+    pub(crate) fn search_query(&self, q: &str) -> Result<SearchQuery, ApiError> {
+        search_query(self.config.search.enabled, q)
+    }
+
     /// The names of `source`'s configured destinations, in config order.
     fn destinations(&self, source: &str) -> Vec<String> {
         self.config

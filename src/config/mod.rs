@@ -39,7 +39,7 @@ pub use catchup::{
 };
 pub use deliver::{DEFAULT_NAME, DeliverConfig, Destination, RawDeliver, RawDestinations};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
-pub use ops::{BackupConfig, RetentionConfig};
+pub use ops::{BackupConfig, RetentionConfig, SearchConfig};
 pub use secret::{Secret, resolve as resolve_secret};
 pub use tls::{AcmeConfig, RawAcme, RawTls, TlsConfig, TlsFiles};
 
@@ -63,6 +63,8 @@ pub struct RawConfig {
     pub retention: RetentionConfig,
     #[serde(default)]
     pub backup: BackupConfig,
+    #[serde(default)]
+    pub search: SearchConfig,
     #[serde(default)]
     pub edge: RawEdge,
     #[serde(default)]
@@ -336,6 +338,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub retention: RetentionConfig,
     pub backup: BackupConfig,
+    pub search: SearchConfig,
     pub edge: EdgeConfig,
     /// `None`: the public listener speaks plain HTTP.
     pub tls: Option<TlsConfig>,
@@ -646,6 +649,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
             admin,
             retention: raw.retention.clone(),
             backup: raw.backup.clone(),
+            search: raw.search.clone(),
             edge,
             tls,
             sources,

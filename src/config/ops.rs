@@ -1,5 +1,5 @@
 //! `[retention]` and `[backup]`: how long rows are kept, and where the
-//! server writes its own snapshots.
+//! server writes its own snapshots; `[search]`: whether bodies are indexed.
 //!
 //! Both tables have a default for every key, so a config without them
 //! keeps delivered bodies 7 days and keys 30 days, and writes no
@@ -58,6 +58,23 @@ impl Default for BackupConfig {
             interval: Duration::from_secs(3600),
             keep: 24,
         }
+    }
+}
+
+/// `[search]` as written; it is also what the server runs on.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// Index the words of UTF-8 bodies for `q=` (`crate::store::search`).
+    /// Off, the index is emptied at start-up and `q=` is refused: for a
+    /// self-hoster who does not want the words of bodies kept twice, or
+    /// the writer's time spent on them.
+    pub enabled: bool,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig { enabled: true }
     }
 }
 

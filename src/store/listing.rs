@@ -13,6 +13,7 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use super::queries::{EVENT_ATTEMPTS, EVENT_LAST_ERROR};
+use super::search::{self, SearchQuery};
 
 /// Which events to list.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +26,8 @@ pub struct ListFilter {
     /// never `stored`, with a destination).
     pub state: Option<String>,
     pub event_type: Option<String>,
+    /// Only events whose body has these words.
+    pub q: Option<SearchQuery>,
     pub limit: usize,
 }
 
@@ -52,6 +55,11 @@ pub struct EventSummary {
 /// [`super::queries`]); with a destination, from its delivery there,
 /// walking `UNIQUE (event_id, destination)` backwards.
 pub fn list(conn: &Connection, filter: &ListFilter) -> anyhow::Result<Vec<EventSummary>> {
+    // ?6 is bound either way, as ?5 is below.
+    let searched = match filter.q {
+        Some(_) => search::matching("e.id", "?6"),
+        None => "?6 IS NULL".to_owned(),
+    };
     let sql = match filter.destination {
         None => format!(
             "SELECT e.id, e.received_at, e.source, e.state, {EVENT_ATTEMPTS}, e.event_type,
@@ -61,17 +69,20 @@ pub fn list(conn: &Connection, filter: &ListFilter) -> anyhow::Result<Vec<EventS
                AND (?2 IS NULL OR e.state = ?2)
                AND (?3 IS NULL OR e.event_type = ?3)
                AND ?5 IS NULL -- binds the same parameters as the other form
+               AND {searched}
              ORDER BY e.id DESC LIMIT ?4"
         ),
-        Some(_) => "SELECT e.id, e.received_at, e.source, d.state, d.attempts, e.event_type,
+        Some(_) => format!(
+            "SELECT e.id, e.received_at, e.source, d.state, d.attempts, e.event_type,
                     e.delivery_id, d.last_error
              FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
              WHERE d.destination = ?5
                AND (?1 IS NULL OR d.source = ?1)
                AND (?2 IS NULL OR d.state = ?2)
                AND (?3 IS NULL OR e.event_type = ?3)
+               AND {searched}
              ORDER BY d.event_id DESC LIMIT ?4"
-            .to_owned(),
+        ),
     };
     conn.prepare_cached(&sql)?
         .query_map(
@@ -80,7 +91,8 @@ pub fn list(conn: &Connection, filter: &ListFilter) -> anyhow::Result<Vec<EventS
                 filter.state,
                 filter.event_type,
                 filter.limit as i64,
-                filter.destination
+                filter.destination,
+                filter.q.as_ref().map(SearchQuery::expression),
             ],
             |r| {
                 Ok(EventSummary {

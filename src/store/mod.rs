@@ -23,6 +23,7 @@ mod recent;
 mod replay;
 pub mod retention;
 pub mod schema;
+pub mod search;
 mod syncer;
 pub mod writer;
 
@@ -68,12 +69,15 @@ impl WriterThread {
 }
 
 /// Opens (creating if needed) the database at `path`.
+/// With `search` off, the search index is emptied and nothing is indexed.
 pub fn open(
     path: &Path,
     durability: Durability,
     queue: usize,
+    search: bool,
 ) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
     let conn = open_writer_connection(path)?;
+    let indexer = search::Indexer::open(&conn, search)?;
     let released = dispatch::release_all(&conn)?;
     if released > 0 {
         tracing::info!(
@@ -94,6 +98,7 @@ pub fn open(
         poisoned,
         recent,
         progress: Arc::default(),
+        indexer,
     };
     let (writer, join) = writer::spawn(conn, helpers, queue, path)?;
     let manager = SqliteConnectionManager::file(path)

@@ -19,6 +19,10 @@
 //!   what goes is added to `catchup_pruned`, so the metrics that count runs
 //!   and requests never go back.
 //!
+//! An event's words leave the search index with its row or its body, by
+//! triggers on `events` (`migrations/0011_search.sql`), in the same
+//! transaction, whichever of the paths below removes them.
+//!
 //! Retention runs in the server, in small batches: a read-only connection
 //! walks the table in id order to find candidates (off the writer, so a
 //! long scan never holds the write lock), and each batch of at most

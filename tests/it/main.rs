@@ -38,6 +38,7 @@ mod retention;
 mod routes;
 mod routes_admin;
 mod routes_crash;
+mod search;
 mod secrets;
 mod soak;
 mod storage;

@@ -66,6 +66,7 @@ pub async fn run(args: &Args, binary: &Path, nonce: u64) -> Result<bool> {
     let (mut server, _startup) = Server::start(
         binary,
         &args.durability,
+        !args.no_search,
         &super::destination(Some(polls + EDGE_SLACK)),
     )
     .await?;

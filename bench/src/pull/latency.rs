@@ -31,8 +31,13 @@ const CONSUMER_SETTLE: Duration = Duration::from_millis(200);
 
 pub async fn run(args: &Args, binary: &Path, nonce: u64) -> Result<bool> {
     let scenario = args.scenario();
-    let (mut server, startup) =
-        Server::start(binary, &args.durability, &super::destination(None)).await?;
+    let (mut server, startup) = Server::start(
+        binary,
+        &args.durability,
+        !args.no_search,
+        &super::destination(None),
+    )
+    .await?;
     if args.keep {
         eprintln!("keeping {}", server.keep_dir().display());
     }

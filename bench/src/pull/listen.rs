@@ -202,8 +202,13 @@ pub async fn run(args: &Args, binary: &Path, nonce: u64) -> Result<bool> {
     let signer = Arc::new(Signer::new(SECRET.as_bytes(), nonce)?);
     let mut downstream =
         Downstream::start(vec![(PATH.to_owned(), Check::Body(Arc::clone(&signer)))])?;
-    let (mut server, _startup) =
-        Server::start(binary, &args.durability, &super::destination(None)).await?;
+    let (mut server, _startup) = Server::start(
+        binary,
+        &args.durability,
+        !args.no_search,
+        &super::destination(None),
+    )
+    .await?;
     if args.keep {
         eprintln!("keeping {}", server.keep_dir().display());
     }

@@ -95,6 +95,7 @@ code,pre{font:12px/1.4 ui-monospace,monospace}pre{background:#fff;border:1px sol
 .notice{background:#e3f0ff;border:1px solid #9cc2f7;padding:.5rem}.error{background:#fde2e2;border:1px solid #ef9a9a;padding:.5rem}\
 form.inline{display:inline}form.filters{display:flex;gap:.6rem;align-items:end;flex-wrap:wrap}\
 .paused{color:#8a4b00}\
+form.search{display:flex;gap:.6rem;align-items:end;margin-bottom:.8rem}form.search input{min-width:24rem;font-size:14px}\
 label{display:flex;flex-direction:column;font-size:12px}button{cursor:pointer}";
 
 /// `Content-Security-Policy`: nothing but this page's own style sheet,

@@ -94,14 +94,19 @@ pub(super) struct ListQuery {
     state: Option<String>,
     event_type: Option<String>,
     before: Option<String>,
+    /// The search box: words (and `prefix*`) the body must have.
+    q: Option<String>,
     /// Set after a replay, to say how many moved.
     replayed: Option<String>,
 }
 
 impl ListQuery {
     /// The API's filter, one page of [`DEFAULT_LIMIT`]; empty fields are unset.
-    fn filter(&self) -> Result<EventFilter, ApiError> {
-        let set = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+    fn filter(&self, st: &Dashboard) -> Result<EventFilter, ApiError> {
+        let set = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
+        let q = set(&self.q)
+            .map(|q| st.admin.search_query(&q))
+            .transpose()?;
         let state = set(&self.state);
         let destination = set(&self.destination);
         // With a destination, the state is its delivery's: never `stored`.
@@ -127,6 +132,7 @@ impl ListQuery {
             state,
             event_type: set(&self.event_type),
             before,
+            q,
             limit: DEFAULT_LIMIT,
             ..EventFilter::default()
         })
@@ -152,9 +158,24 @@ pub(super) async fn inbox(
     Extension(session): Extension<Session>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Markup, PageError> {
-    let filter = parse_query(query)?.filter()?;
+    let query = parse_query(query)?;
+    let filter = query.filter(&st)?;
+    let q = query.q.as_deref().filter(|q| !q.trim().is_empty());
     let page = list(&st, filter.clone()).await?;
     let content = html! {
+        @if st.admin.config.search.enabled {
+            form.search method="get" action="/events" role="search" {
+                label { "Search bodies"
+                    input type="search" name="q" value=[q] placeholder="words or prefix*";
+                }
+                // The other filters stay as chosen below.
+                @if let Some(v) = &filter.source { input type="hidden" name="source" value=(v); }
+                @if let Some(v) = &filter.destination { input type="hidden" name="destination" value=(v); }
+                @if let Some(v) = &filter.state { input type="hidden" name="state" value=(v); }
+                @if let Some(v) = &filter.event_type { input type="hidden" name="event_type" value=(v); }
+                button type="submit" { "Search" }
+            }
+        }
         form.filters method="get" action="/events" {
             (source_select(&st, filter.source.as_deref()))
             (destination_select(&st, filter.destination.as_deref()))
@@ -165,13 +186,21 @@ pub(super) async fn inbox(
                 }
             }
             label { "Event type" input type="text" name="event_type" value=[filter.event_type.as_deref()]; }
+            @if let Some(q) = q { input type="hidden" name="q" value=(q); }
             button type="submit" { "Filter" }
         }
         @if let Some(d) = &filter.destination {
             p { "Events with a delivery at " b { (d) } "; state, attempts and last error are that delivery's." }
         }
+        @if let Some(q) = q {
+            p.found {
+                @if page.events.is_empty() { "No event" } @else { "Events" }
+                " whose body has " b { (q) } ". "
+                a href=(link("/events", &[("source", filter.source.as_deref()), ("destination", filter.destination.as_deref()), ("state", filter.state.as_deref()), ("event_type", filter.event_type.as_deref())])) { "Clear the search" }
+            }
+        }
         (events_table(&page.events, None))
-        (older_link("/events", &filter, page.next_before))
+        (older_link("/events", &filter, q, page.next_before))
     };
     Ok(view::page("Inbox", Some(&session.csrf), None, content))
 }
@@ -185,7 +214,7 @@ pub(super) async fn dead(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Markup, PageError> {
     let query = parse_query(query)?;
-    let mut filter = query.filter()?;
+    let mut filter = query.filter(&st)?;
     filter.state = Some("dead".to_owned());
     let notice = query
         .replayed
@@ -213,7 +242,7 @@ pub(super) async fn dead(
             }
         }
         (events_table(&page.events, Some(&session.csrf)))
-        (older_link("/dead", &filter, page.next_before))
+        (older_link("/dead", &filter, query.q.as_deref(), page.next_before))
     };
     Ok(view::page(
         "Dead letters",
@@ -258,7 +287,7 @@ fn destination_select(st: &Dashboard, chosen: Option<&str>) -> Markup {
     }
 }
 
-fn older_link(path: &str, f: &EventFilter, next: Option<i64>) -> Markup {
+fn older_link(path: &str, f: &EventFilter, q: Option<&str>, next: Option<i64>) -> Markup {
     let Some(next) = next else {
         return html! {};
     };
@@ -270,6 +299,7 @@ fn older_link(path: &str, f: &EventFilter, next: Option<i64>) -> Markup {
             ("destination", f.destination.as_deref()),
             ("state", f.state.as_deref().filter(|_| path == "/events")),
             ("event_type", f.event_type.as_deref()),
+            ("q", q.filter(|q| !q.trim().is_empty())),
             ("before", Some(&next)),
         ],
     );

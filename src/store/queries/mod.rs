@@ -20,6 +20,8 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 
+use super::search::SearchQuery;
+
 mod stats;
 
 pub use stats::{
@@ -48,6 +50,8 @@ pub struct EventFilter {
     pub until: Option<i64>,
     /// Only ids below this: the cursor from the previous page.
     pub before: Option<i64>,
+    /// Only events whose body has these words (see [`super::search`]).
+    pub q: Option<SearchQuery>,
     pub limit: usize,
 }
 
@@ -161,11 +165,31 @@ fn delivery_row(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<DeliveryRo
 /// partial index (`deliveries_due`, `deliveries_dead`), whose rows are
 /// sorted by event. So that such a sort orders ids alone, the page is
 /// picked first and only its rows get their summary columns.
+///
+/// With `q`, the walk starts from the search index instead (below).
 fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
     let mut args: Vec<SqlValue> = Vec::new();
     let columns = summary_columns();
+    // A search walks the index instead, newest match first (FTS5 hands
+    // rowids out in either order, and takes `before` as a bound on them),
+    // joining each match to its row: a page of a common word stops after
+    // a page, one of a rare word costs its matches.
+    let (from, matches) = match &filter.q {
+        Some(q) => {
+            args.push(SqlValue::Text(q.expression().to_owned()));
+            ("events_fts AS f JOIN", "f.events_fts MATCH ?")
+        }
+        None => ("", "1 = 1"),
+    };
+    let on_match = |id: &str| match filter.q {
+        Some(_) => format!(" ON {id} = f.rowid"),
+        None => String::new(),
+    };
     let mut sql = match &filter.destination {
-        None => format!("SELECT {columns} FROM events AS e WHERE 1 = 1"),
+        None => format!(
+            "SELECT {columns} FROM {from} events AS e{} WHERE {matches}",
+            on_match("e.id")
+        ),
         Some(destination) => {
             args.push(SqlValue::Text(destination.clone()));
             // The events table only when a clause reads it.
@@ -177,13 +201,22 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
             } else {
                 ""
             };
-            format!("SELECT d.id FROM deliveries AS d {join} WHERE d.destination = ?")
+            format!(
+                "SELECT d.id FROM {from} deliveries AS d{} {join}
+                 WHERE {matches} AND d.destination = ?",
+                on_match("d.event_id")
+            )
         }
     };
     // Through `d` where there is one: the lane indexes are on its columns.
-    let (at, id) = match filter.destination {
-        None => ("e", "e.id"),
-        Some(_) => ("d", "d.event_id"),
+    let at = match filter.destination {
+        None => "e",
+        Some(_) => "d",
+    };
+    let id = match (&filter.q, &filter.destination) {
+        (Some(_), _) => "f.rowid",
+        (None, None) => "e.id",
+        (None, Some(_)) => "d.event_id",
     };
     let text_clauses = [
         (format!("{at}.source"), &filter.source),

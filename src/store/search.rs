@@ -1,0 +1,483 @@
+//! Full-text search of event bodies: the FTS5 table `events_fts`, how a
+//! user's query becomes an FTS5 expression, and the indexing step the
+//! writer runs.
+//!
+//! The table is contentless (see `migrations/0011_search.sql`): it holds
+//! the words of each body and their positions, keyed by the event's id,
+//! and never a second copy of the body. Triggers remove an event's words
+//! when the event or its body goes (retention, purge), so this module only
+//! adds.
+//!
+//! Indexing is off the receive path: once no command has come for a
+//! moment, the writer indexes the events past the high-water mark
+//! `meta.search_indexed_through` in transactions of their own and moves
+//! the mark ([`Indexer::step`]). The mark and the words it covers commit
+//! together, so after a crash indexing resumes where it stopped, and an
+//! event is indexed once. During a burst of ingest nothing is indexed
+//! unless tens of thousands of events wait (`super::writer`); after it,
+//! the index catches up (as an upgraded database, or one where search was
+//! just turned on, gets its old events).
+//! A body that is not UTF-8 is not indexed; of a longer one, the first
+//! [`MAX_INDEXED_BYTES`] are.
+//!
+//! Queries: [`SearchQuery::parse`] turns what a person types into an
+//! expression FTS5 always accepts: every whitespace-separated term is a
+//! quoted string (operators, parentheses, column filters and quotes lose
+//! their meaning), a trailing `*` is kept as a prefix search, and the
+//! terms must all match. A term is tokenized by FTS5 as the body was, so
+//! `invoice.paid` is the phrase "invoice paid": it finds the dotted name
+//! and not a body holding the two words apart.
+
+use anyhow::Context;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+/// The most of one body that is indexed. Tokenizing runs on the writer
+/// thread: a 25 MiB body indexed whole would hold every insert behind it
+/// for a noticeable time, for words far down a payload that people rarely
+/// search for. The cut falls between two words.
+pub const MAX_INDEXED_BYTES: usize = 256 * 1024;
+
+/// Most events one step indexes, and most bytes of bodies it reads: bounds
+/// how long a step holds the writer (a step runs between two groups of
+/// inserts, so this is added to the wait of the group after it). A body
+/// larger than this is read in a step of its own.
+const STEP_ROWS: i64 = 1024;
+const STEP_BYTES: usize = 1024 * 1024;
+
+/// The longest query, in characters, and the most terms in it.
+pub const MAX_QUERY_CHARS: usize = 500;
+pub const MAX_TERMS: usize = 16;
+
+/// Where the high-water mark lives in `meta`.
+const MARK: &str = "search_indexed_through";
+
+/// Why a query was refused: each says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    #[error(
+        "q: has no word to search for (search matches words and word prefixes like `invoice*`)"
+    )]
+    NoWord,
+    #[error("q: longer than {MAX_QUERY_CHARS} characters")]
+    TooLong,
+    #[error("q: more than {MAX_TERMS} words")]
+    TooManyTerms,
+}
+
+/// A query made safe for `MATCH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchQuery {
+    expression: String,
+}
+
+impl SearchQuery {
+    /// Words and `prefix*`, all of which must match. Terms without a
+    /// letter or digit (`-`, `*`, `()`) are left out: the tokenizer would
+    /// make nothing of them; a query with nothing else is refused.
+    pub fn parse(raw: &str) -> Result<SearchQuery, QueryError> {
+        if raw.chars().count() > MAX_QUERY_CHARS {
+            return Err(QueryError::TooLong);
+        }
+        let mut terms = Vec::new();
+        for term in raw.split_whitespace() {
+            let word = term.trim_end_matches('*');
+            if !word.chars().any(char::is_alphanumeric) {
+                continue;
+            }
+            // Inside an FTS5 string a quote is written twice; nothing
+            // else in it is syntax.
+            let quoted = format!("\"{}\"", word.replace('"', "\"\""));
+            terms.push(if word.len() < term.len() {
+                quoted + "*"
+            } else {
+                quoted
+            });
+        }
+        if terms.is_empty() {
+            return Err(QueryError::NoWord);
+        }
+        if terms.len() > MAX_TERMS {
+            return Err(QueryError::TooManyTerms);
+        }
+        Ok(SearchQuery {
+            expression: terms.join(" "),
+        })
+    }
+
+    /// The FTS5 expression, to bind where [`matching`] puts its `?`.
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+}
+
+/// A clause keeping the rows whose `id_column` is an event whose body
+/// matches the expression bound to `param` (`?`, `?6`).
+pub(in crate::store) fn matching(id_column: &str, param: &str) -> String {
+    format!("{id_column} IN (SELECT rowid FROM events_fts WHERE events_fts MATCH {param})")
+}
+
+/// The text of `body` that is indexed: `None` unless it is UTF-8; at most
+/// [`MAX_INDEXED_BYTES`], cut before the word the limit falls in.
+pub fn indexable(body: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(body).ok()?;
+    if text.len() <= MAX_INDEXED_BYTES {
+        return Some(text);
+    }
+    let mut end = MAX_INDEXED_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(text[..end].trim_end_matches(char::is_alphanumeric))
+}
+
+/// The writer's side of the index: where it stands, and whether there
+/// may be events past it.
+#[derive(Debug)]
+pub struct Indexer {
+    /// Every event up to this id has been looked at.
+    mark: i64,
+    behind: bool,
+    /// Since when steps fail, so the log says it once per streak.
+    failing: bool,
+}
+
+impl Indexer {
+    /// The indexer for the writer's connection, or `None` with search off,
+    /// in which case an index left by an earlier run is emptied: a
+    /// self-hoster who turned search off does not want the words of bodies
+    /// kept. Turned on again, it indexes everything from the start.
+    pub fn open(conn: &Connection, enabled: bool) -> anyhow::Result<Option<Indexer>> {
+        let mark: Option<i64> = conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [MARK], |r| {
+                r.get::<_, String>(0)
+            })
+            .optional()
+            .context("reading the search index's mark")?
+            .map(|v| v.parse())
+            .transpose()
+            .context("reading the search index's mark")?;
+        if !enabled {
+            if mark.is_some() {
+                conn.execute_batch(&format!(
+                    "BEGIN IMMEDIATE;
+                     INSERT INTO events_fts (events_fts) VALUES ('delete-all');
+                     DELETE FROM meta WHERE key = '{MARK}';
+                     COMMIT;"
+                ))
+                .context("emptying the search index (search is off)")?;
+                tracing::info!("search is off: emptied the search index");
+            }
+            return Ok(None);
+        }
+        Ok(Some(Indexer {
+            mark: mark.unwrap_or(0),
+            behind: true,
+            failing: false,
+        }))
+    }
+
+    /// Whether events may be waiting to be indexed.
+    pub fn behind(&self) -> bool {
+        self.behind
+    }
+
+    /// How many events wait to be indexed (ids past the mark: an upper
+    /// bound, as some may have been deleted).
+    pub fn waiting(&self, conn: &Connection) -> anyhow::Result<i64> {
+        let newest: i64 = conn
+            .prepare_cached("SELECT coalesce(max(id), 0) FROM events")?
+            .query_row([], |r| r.get(0))
+            .context("reading the newest event's id")?;
+        Ok(newest - self.mark)
+    }
+
+    /// A group committed: it may have added events.
+    pub fn touched(&mut self) {
+        self.behind = true;
+    }
+
+    /// Indexes the next events past the mark, up to [`STEP_ROWS`] of them
+    /// or [`STEP_BYTES`] of text, in one transaction with the new mark.
+    /// Returns how many events it looked at; none means it has caught up.
+    /// A failure rolls the step back; it is tried again after the next
+    /// group.
+    pub fn step(&mut self, conn: &mut Connection) -> anyhow::Result<usize> {
+        let outcome = self.try_step(conn);
+        match &outcome {
+            Ok(_) if self.failing => {
+                self.failing = false;
+                tracing::info!("search indexing works again");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.behind = false;
+                if !self.failing {
+                    self.failing = true;
+                    tracing::warn!(error = %format!("{e:#}"), "search indexing failed; it is retried after the next write");
+                }
+            }
+        }
+        outcome
+    }
+
+    fn try_step(&mut self, conn: &mut Connection) -> anyhow::Result<usize> {
+        // Looked up outside a transaction: after most groups of claims and
+        // outcomes there is nothing to index, and this costs one seek.
+        let waiting: bool = conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM events WHERE id > ?1)")?
+            .query_row([self.mark], |r| r.get(0))
+            .context("looking for events to index")?;
+        if !waiting {
+            self.behind = false;
+            return Ok(0);
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .context("beginning a search index step")?;
+        let (seen, mark) = index_after(&tx, self.mark)?;
+        tx.prepare_cached(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )?
+        .execute(params![MARK, mark.to_string()])
+        .context("moving the search index's mark")?;
+        tx.commit().context("committing a search index step")?;
+        self.mark = mark;
+        Ok(seen)
+    }
+}
+
+/// Indexes events after `after` in id order within the step's bounds;
+/// returns how many it looked at and the last one's id.
+fn index_after(conn: &Connection, after: i64) -> anyhow::Result<(usize, i64)> {
+    let mut select =
+        conn.prepare_cached("SELECT id, body FROM events WHERE id > ?1 ORDER BY id LIMIT ?2")?;
+    let mut insert = conn.prepare_cached("INSERT INTO events_fts (rowid, body) VALUES (?1, ?2)")?;
+    let mut rows = select.query(params![after, STEP_ROWS])?;
+    let (mut seen, mut mark, mut bytes) = (0, after, 0);
+    while let Some(row) = rows.next().context("reading events to index")? {
+        let id: i64 = row.get(0)?;
+        let body = row.get_ref(1)?.as_blob_or_null()?;
+        if let Some(text) = body.and_then(indexable) {
+            insert
+                .execute(params![id, text])
+                .context("indexing an event")?;
+        }
+        bytes += body.map_or(0, <[u8]>::len);
+        seen += 1;
+        mark = id;
+        if bytes >= STEP_BYTES {
+            break;
+        }
+    }
+    Ok((seen, mark))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        super::super::schema::apply(&mut conn).unwrap();
+        conn
+    }
+
+    fn add(conn: &Connection, body: &[u8]) -> i64 {
+        conn.execute(
+            "INSERT INTO events (source, delivery_id, received_at, body, state)
+             VALUES ('s', hex(randomblob(8)), 1, ?1, 'stored')",
+            [body],
+        )
+        .unwrap();
+        conn.last_insert_rowid()
+    }
+
+    fn search(conn: &Connection, q: &str) -> Vec<i64> {
+        let q = SearchQuery::parse(q).unwrap();
+        conn.prepare(&format!(
+            "SELECT id FROM events WHERE {} ORDER BY id",
+            matching("id", "?")
+        ))
+        .unwrap()
+        .query_map([q.expression()], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    fn index_all(conn: &mut Connection) -> Indexer {
+        let mut ix = Indexer::open(conn, true).unwrap().unwrap();
+        while ix.step(conn).unwrap() > 0 {}
+        assert!(!ix.behind());
+        ix
+    }
+
+    fn fts_rows(conn: &Connection) -> i64 {
+        // The contentless-delete table keeps one `_docsize` row per
+        // indexed event: the count of what is in the index.
+        conn.query_row("SELECT count(*) FROM events_fts_docsize", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn words_prefixes_and_dotted_names_are_found() {
+        let mut conn = db();
+        let paid = add(
+            &conn,
+            br#"{"type":"invoice.paid","customer_email":"alice@example.com","name":"Zo\u00eb"}"#,
+        );
+        let apart = add(&conn, b"the invoice was paid by Zo\xc3\xabe");
+        let other = add(&conn, br#"{"type":"charge.failed"}"#);
+        index_all(&mut conn);
+        assert_eq!(search(&conn, "invoice"), [paid, apart]);
+        assert_eq!(search(&conn, "invoice.paid"), [paid]);
+        assert_eq!(search(&conn, "INVOICE paid"), [paid, apart]);
+        assert_eq!(search(&conn, "alice@example.com"), [paid]);
+        assert_eq!(search(&conn, "customer_email"), [paid]);
+        assert_eq!(search(&conn, "inv*"), [paid, apart]);
+        assert_eq!(search(&conn, "invoice.pa*"), [paid]);
+        assert_eq!(search(&conn, "zoee"), [apart]);
+        assert_eq!(search(&conn, "char* failed"), [other]);
+        assert!(search(&conn, "refund").is_empty());
+        assert!(search(&conn, "invoice failed").is_empty());
+    }
+
+    #[test]
+    fn whatever_a_person_types_is_a_valid_expression_or_refused_with_a_reason() {
+        let mut conn = db();
+        let id = add(&conn, br#"{"a":"NEAR or AND not \"quoted\" x:y"}"#);
+        index_all(&mut conn);
+        for q in [
+            "\"",
+            "\"\"",
+            "a\"b",
+            "(",
+            ")",
+            "a OR b",
+            "NOT",
+            "AND",
+            "OR",
+            "NEAR(a b)",
+            "a AND",
+            "body:x",
+            "x:y",
+            "{a b}",
+            "^a",
+            "a + b",
+            "-a",
+            "'",
+            "a*b",
+            "**a**",
+            "\\",
+            "%",
+            "_",
+            "\u{0}",
+            "\u{301}",
+            "\u{345}x",
+            "😀",
+            "a\u{301}",
+            "\u{ffff}",
+            "NEAR/2",
+        ] {
+            match SearchQuery::parse(q) {
+                Ok(parsed) => {
+                    conn.prepare(&format!(
+                        "SELECT count(*) FROM events WHERE {}",
+                        matching("id", "?")
+                    ))
+                    .unwrap()
+                    .query_row([parsed.expression()], |r| r.get::<_, i64>(0))
+                    .unwrap_or_else(|e| panic!("{q:?} as {parsed:?}: {e}"));
+                }
+                Err(e) => assert_eq!(e, QueryError::NoWord, "{q:?}"),
+            }
+        }
+        // Operators are words.
+        assert_eq!(search(&conn, "near OR and not"), [id]);
+        assert_eq!(search(&conn, "\"quoted\""), [id]);
+        assert_eq!(search(&conn, "x:y"), [id]);
+        assert_eq!(SearchQuery::parse(" * - () "), Err(QueryError::NoWord));
+        assert_eq!(
+            SearchQuery::parse(&"a ".repeat(MAX_TERMS + 1)),
+            Err(QueryError::TooManyTerms)
+        );
+        assert_eq!(
+            SearchQuery::parse(&"a".repeat(MAX_QUERY_CHARS + 1)),
+            Err(QueryError::TooLong)
+        );
+        assert_eq!(
+            SearchQuery::parse("say \"hi\" pre*").unwrap().expression(),
+            r#""say" """hi""" "pre"*"#
+        );
+    }
+
+    #[test]
+    fn binary_bodies_are_skipped_and_long_ones_cut_between_words() {
+        let mut conn = db();
+        let binary = add(&conn, b"\xff\xfe word binary");
+        let mut long = "early ".repeat(MAX_INDEXED_BYTES / 6 + 1);
+        long.push_str("late");
+        let long_id = add(&conn, long.as_bytes());
+        let cut = indexable(long.as_bytes()).unwrap();
+        assert!(
+            cut.len() <= MAX_INDEXED_BYTES && cut.ends_with(' '),
+            "{}",
+            cut.len()
+        );
+        // A multi-byte character straddling the limit is not split.
+        let wide = "é".repeat(MAX_INDEXED_BYTES);
+        assert_eq!(indexable(wide.as_bytes()), Some(""));
+        index_all(&mut conn);
+        assert!(search(&conn, "binary").is_empty());
+        assert_eq!(search(&conn, "early"), [long_id]);
+        assert!(search(&conn, "late").is_empty());
+        assert_eq!(fts_rows(&conn), 1, "the binary body {binary} is not in it");
+    }
+
+    #[test]
+    fn deleted_events_and_dropped_bodies_leave_the_index() {
+        let mut conn = db();
+        let gone = add(&conn, b"alpha one");
+        let dropped = add(&conn, b"alpha two");
+        let kept = add(&conn, b"alpha three");
+        let mut ix = index_all(&mut conn);
+        conn.execute("DELETE FROM events WHERE id = ?1", [gone])
+            .unwrap();
+        conn.execute("UPDATE events SET body = NULL WHERE id = ?1", [dropped])
+            .unwrap();
+        assert_eq!(search(&conn, "alpha"), [kept]);
+        assert!(search(&conn, "one").is_empty());
+        assert_eq!(fts_rows(&conn), 1);
+        // A row deleted before it was indexed is never indexed, and its
+        // delete leaves nothing behind.
+        let early = add(&conn, b"alpha four");
+        conn.execute("DELETE FROM events WHERE id = ?1", [early])
+            .unwrap();
+        ix.touched();
+        while ix.step(&mut conn).unwrap() > 0 {}
+        assert_eq!(search(&conn, "alpha"), [kept]);
+        assert_eq!(fts_rows(&conn), 1);
+    }
+
+    #[test]
+    fn the_mark_survives_and_turning_search_off_empties_the_index() {
+        let mut conn = db();
+        let first = add(&conn, b"kept word");
+        index_all(&mut conn);
+        let second = add(&conn, b"kept again");
+        // A new indexer (a restart) starts from the mark: the first event
+        // is not indexed twice.
+        let mut ix = Indexer::open(&conn, true).unwrap().unwrap();
+        assert_eq!(ix.step(&mut conn).unwrap(), 1);
+        assert_eq!(ix.step(&mut conn).unwrap(), 0);
+        assert_eq!(search(&conn, "kept"), [first, second]);
+        assert!(Indexer::open(&conn, false).unwrap().is_none());
+        assert!(search(&conn, "kept").is_empty());
+        assert_eq!(fts_rows(&conn), 0);
+        // On again: everything from the start.
+        index_all(&mut conn);
+        assert_eq!(search(&conn, "kept"), [first, second]);
+    }
+}
