@@ -19,6 +19,7 @@ pub mod models;
 pub mod pauses;
 pub mod queries;
 mod recent;
+pub mod rejections;
 mod replay;
 pub mod retention;
 pub mod schema;
@@ -92,6 +93,11 @@ pub fn open(
         poisoned,
         recent,
         progress: Arc::default(),
+        rejections: rejections::RejectionQueue::new(
+            rejections::BUFFER,
+            writer_metrics.rejections_dropped.clone(),
+        ),
+        keep_rejections: rejections::KEEP,
     };
     let (writer, join) = writer::spawn(conn, helpers, queue, path)?;
     let manager = SqliteConnectionManager::file(path)

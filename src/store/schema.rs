@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_leases.sql"),
     include_str!("migrations/0009_deliveries.sql"),
     include_str!("migrations/0010_destination_pauses.sql"),
+    include_str!("migrations/0011_rejections.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {

@@ -16,9 +16,14 @@
 //! by itself once the cause is gone. A command that fails on its own is
 //! rolled back to its savepoint and answered alone; the others commit.
 //!
+//! Refused requests (`super::rejections`) come by a channel of their own
+//! and go last: the writer flushes them, in short transactions of their
+//! own, only when no command waits, or once they have waited
+//! [`MAX_FLUSH_DEFER`].
+//!
 //! The thread exits when every [`WriterHandle`] has been dropped, after it
-//! has answered what was queued, stopped the syncer and the checkpointer,
-//! and checkpointed the WAL.
+//! has answered what was queued, flushed the rejections, stopped the
+//! syncer and the checkpointer, and checkpointed the WAL.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +40,7 @@ use super::command::{Applied, Claims, WriteCmd};
 use super::dispatch::{AttemptRecord, ClaimFrom, Lease};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
+use super::rejections::{self, FLUSH_CHUNK, Rejection, RejectionQueue};
 use super::replay::ReplayFilter;
 use super::retention::PruneBatch;
 use super::syncer::Syncer;
@@ -116,6 +122,10 @@ fn apply_group(
     Ok(results)
 }
 
+/// Longest refused requests wait for an idle writer before a chunk of
+/// them is flushed after each group anyway.
+pub const MAX_FLUSH_DEFER: Duration = Duration::from_secs(2);
+
 /// While commits keep failing, the failure is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -149,6 +159,8 @@ pub struct WriterHandle {
     /// Groups committed so far: a writer whose count moves is alive, even
     /// when its queue is too full to take a ping.
     progress: Arc<AtomicU64>,
+    /// Refused requests, on their way to the writer.
+    rejections: RejectionQueue,
 }
 
 impl WriterHandle {
@@ -379,6 +391,22 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Records a refused request, without waiting: dropped and counted
+    /// when the buffer is full.
+    pub fn reject(&self, rejection: Rejection) {
+        self.rejections.push(rejection);
+    }
+
+    /// Asks the writer to flush the refused requests waiting, when it is
+    /// idle; nothing when none wait or the queue is full (the next nudge
+    /// asks again).
+    pub fn nudge_rejections(&self) {
+        if self.rejections.waiting() {
+            // Full: the writer is busy with ingest, which goes first.
+            let _ = self.tx.try_send(WriteCmd::FlushRejections);
+        }
+    }
+
     fn send(&self, cmd: WriteCmd) -> Result<(), StoreError> {
         self.tx.try_send(cmd).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
@@ -400,6 +428,10 @@ pub struct Helpers {
     pub recent: Arc<RecentKeys>,
     /// Counts committed groups (see [`WriterHandle::heartbeat`]).
     pub progress: Arc<AtomicU64>,
+    /// Refused requests: the receive path's end, and the writer's.
+    pub rejections: (RejectionQueue, mpsc::Receiver<Rejection>),
+    /// Rows the rejections table keeps ([`rejections::KEEP`]).
+    pub keep_rejections: i64,
 }
 
 /// Starts the writer thread on `conn`, with room for `queue` waiting commands.
@@ -413,6 +445,7 @@ pub fn spawn(
     let recent = helpers.recent.clone();
     let poisoned = helpers.poisoned.clone();
     let progress = helpers.progress.clone();
+    let rejections = helpers.rejections.0.clone();
     let file = FileIdentity::of(db)?;
     let join = std::thread::Builder::new()
         .name("store-writer".into())
@@ -430,6 +463,7 @@ pub fn spawn(
             poisoned,
             ready_cache: Arc::default(),
             progress,
+            rejections,
         },
         join,
     ))
@@ -443,6 +477,10 @@ struct Writer {
     file: FileIdentity,
     /// Since when commits have been failing, and when that was last logged.
     failing: Option<(Instant, Instant)>,
+    /// Refused requests owed a flush (counted when nudged), and since when.
+    owed: Option<(usize, Instant)>,
+    /// When a failed rejection flush was last logged.
+    flush_failed_logged: Option<Instant>,
 }
 
 impl Writer {
@@ -452,12 +490,28 @@ impl Writer {
             helpers,
             file,
             failing: None,
+            owed: None,
+            flush_failed_logged: None,
         }
     }
 
     fn run(mut self, mut rx: mpsc::Receiver<WriteCmd>) {
+        use mpsc::error::TryRecvError;
         let mut batch = Vec::with_capacity(64);
-        while let Some(first) = rx.blocking_recv() {
+        loop {
+            let first = match rx.try_recv() {
+                Ok(cmd) => cmd,
+                Err(TryRecvError::Disconnected) => break,
+                // Idle: the refused requests' turn.
+                Err(TryRecvError::Empty) if self.owed.is_some() => {
+                    self.flush_rejections(FLUSH_CHUNK);
+                    continue;
+                }
+                Err(TryRecvError::Empty) => match rx.blocking_recv() {
+                    Some(cmd) => cmd,
+                    None => break,
+                },
+            };
             batch.push(first);
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
@@ -465,9 +519,91 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            self.commit_group(&mut batch);
+            let before = batch.len();
+            batch.retain(|cmd| !matches!(cmd, WriteCmd::FlushRejections));
+            if batch.len() < before {
+                self.owe_rejections();
+            }
+            if !batch.is_empty() {
+                self.commit_group(&mut batch);
+            }
+            if self
+                .owed
+                .is_some_and(|(_, since)| since.elapsed() >= MAX_FLUSH_DEFER)
+            {
+                self.flush_rejections(FLUSH_CHUNK);
+            }
         }
+        self.flush_rejections(usize::MAX);
         self.stop();
+    }
+
+    /// A nudge: what waits now is owed a flush (what comes later waits
+    /// for the next nudge, so a flood cannot keep the writer flushing).
+    fn owe_rejections(&mut self) {
+        let waiting = self.helpers.rejections.1.len();
+        if waiting == 0 {
+            return;
+        }
+        let since = self.owed.map_or_else(Instant::now, |(_, since)| since);
+        let owed = self.owed.map_or(0, |(n, _)| n);
+        self.owed = Some((owed.max(waiting), since));
+    }
+
+    /// Flushes up to `max` owed refused requests (all that wait with
+    /// `usize::MAX`), in transactions of at most [`FLUSH_CHUNK`]. Records
+    /// that cannot be written are dropped and counted: they must not hold
+    /// the writer, nor grow while the disk is full.
+    fn flush_rejections(&mut self, max: usize) {
+        let owed = match (max, self.owed) {
+            (usize::MAX, _) => usize::MAX,
+            (_, Some((owed, _))) => owed.min(max),
+            (_, None) => return,
+        };
+        let mut done = 0;
+        let mut drained = false;
+        let mut rows = Vec::with_capacity(owed.min(FLUSH_CHUNK));
+        while done < owed {
+            rows.clear();
+            while rows.len() < FLUSH_CHUNK && done + rows.len() < owed {
+                match self.helpers.rejections.1.try_recv() {
+                    Ok(r) => rows.push(r),
+                    Err(_) => break,
+                }
+            }
+            if rows.is_empty() {
+                drained = true;
+                break;
+            }
+            done += rows.len();
+            if let Err(e) = self.write_rejections(&rows) {
+                self.helpers.rejections.0.lost(rows.len());
+                let now = Instant::now();
+                if self
+                    .flush_failed_logged
+                    .is_none_or(|at| now.duration_since(at) >= FAILURE_LOG_INTERVAL)
+                {
+                    tracing::warn!(error = %format!("{e:#}"), records = rows.len(), "could not record refused requests; dropped them");
+                    self.flush_failed_logged = Some(now);
+                }
+            }
+        }
+        self.owed = match self.owed {
+            Some((owed, since)) if owed > done && !drained => Some((owed - done, since)),
+            _ => None,
+        };
+    }
+
+    fn write_rejections(&mut self, rows: &[Rejection]) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.helpers.poisoned.load(Ordering::Relaxed), "{POISONED}");
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .context("beginning a transaction")?;
+        rejections::insert(&tx, rows, self.helpers.keep_rejections)?;
+        tx.commit().context("committing")?;
+        self.helpers.checkpointer.0.nudge();
+        Ok(())
     }
 
     /// Stops the syncer (which answers what it holds) and the checkpointer,
