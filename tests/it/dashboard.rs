@@ -3,7 +3,7 @@
 //! and that a session never opens `/api`. `dashboard/browser.rs` does the
 //! same things in headless Chromium.
 
-mod browser;
+pub(crate) mod browser;
 
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
 use reqwest::redirect::Policy;

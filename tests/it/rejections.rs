@@ -576,3 +576,100 @@ async fn a_database_the_release_wrote_gets_the_table_and_records_refusals() {
     assert_eq!(rows[0]["reason"], "invalid_signature");
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_the_rejected_requests_page_explains_each_reason_in_words() {
+    use crate::dashboard::browser::{
+        FIND_WAIT, browser_available, click_and_wait, connect, screenshot, start_driver, text_of,
+    };
+    use fantoccini::Locator;
+    if !browser_available() {
+        return;
+    }
+    let app = spawn().await;
+    let forged = post(&app, "github", "198.51.100.1")
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", "forged-1")
+        .header("x-hub-signature-256", SIGNATURE_MARKER)
+        .body(format!(r#"{{"zen":"{BODY_MARKER}"}}"#));
+    let body = br#"{"id":"evt_old","type":"charge.succeeded"}"#;
+    let stale = post(&app, "stripe", "198.51.100.3")
+        .header("content-type", "application/json")
+        .header("stripe-signature", stripe_signature(now_secs() - 420, body))
+        .body(body.to_vec());
+    let big = post(&app, "github", "198.51.100.4").body(vec![b'x'; 4096]);
+    let unknown = post(&app, "githib", "198.51.100.5").body("{}");
+    let locked = post(&app, "locked", "198.51.100.6").body("{}");
+    for r in [locked, unknown, big, stale, forged] {
+        assert!(r.send().await.unwrap().status().is_client_error());
+    }
+    wait_for_rejections(&app, "/api/rejections", 5).await;
+
+    let driver = start_driver().await;
+    let browser = connect(&driver).await;
+    browser.goto(&app.admin_url("/login")).await.unwrap();
+    let field = browser
+        .wait()
+        .at_most(FIND_WAIT)
+        .for_element(Locator::Css("input[name=token]"))
+        .await
+        .unwrap();
+    field.send_keys(ADMIN_TOKEN).await.unwrap();
+    click_and_wait(&browser, Locator::Css("button[type=submit]")).await;
+    click_and_wait(&browser, Locator::LinkText("Rejected requests")).await;
+    assert_eq!(text_of(&browser, "h1").await, "Rejected requests");
+    let table = text_of(&browser, "table").await;
+    for words in [
+        "The signature matched none of the 2 secrets",
+        "a proxy that re-encodes JSON",
+        "The timestamp was 7 minutes old; the tolerance is 5 minutes",
+        "check the server's clock",
+        "The body (4.0 KiB) is over the source's limit of 1.0 KiB",
+        "No source named \u{201c}githib\u{201d} is configured",
+        "198.51.100.6 is not in the source's allow_ips",
+        "x-hub-signature-256",
+    ] {
+        assert!(table.contains(words), "{words:?} not in\n{table}");
+    }
+    for secret in [&SIGNATURE_MARKER[7..], BODY_MARKER, GITHUB_SECRET] {
+        assert!(
+            !browser.source().await.unwrap().contains(secret),
+            "{secret}"
+        );
+    }
+    // Each reason links to the troubleshooting docs.
+    let links = browser
+        .find_all(Locator::LinkText("Troubleshooting →"))
+        .await
+        .unwrap();
+    assert_eq!(links.len(), 5);
+    // Newest first: the forged signature, then the stale timestamp.
+    for (link, anchor) in links.iter().zip([
+        "#troubleshooting-signature-failures",
+        "#troubleshooting-signature-failures",
+        "#troubleshooting-refused-requests",
+        "#troubleshooting-refused-requests",
+        "#edge-proxies-allowlists-and-abuse-limits",
+    ]) {
+        let href = link.attr("href").await.unwrap().unwrap();
+        assert!(href.ends_with(anchor), "{href}");
+    }
+    assert!(
+        text_of(&browser, "main > p")
+            .await
+            .contains("the newest 10,000 are kept")
+    );
+    screenshot(&browser, "rejections").await;
+
+    // The source link filters the page.
+    click_and_wait(&browser, Locator::LinkText("githib")).await;
+    let filtered = text_of(&browser, "table").await;
+    assert!(
+        filtered.contains("githib") && !filtered.contains("stripe"),
+        "{filtered}"
+    );
+    browser.close().await.unwrap();
+    drop(driver);
+    app.shutdown().await;
+}

@@ -78,7 +78,7 @@ pub(super) async fn list(
     let content = html! {
         p {
             "Requests to " code { "/hooks/…" } " that hookbox refused, newest first; the newest "
-            (KEEP) " are kept. Only header names, the body's size and its content type are kept: "
+            (thousands(KEEP)) " are kept. Only header names, the body's size and its content type are kept: "
             "never a header value, a signature or a body."
         }
         form.filters method="get" action="/rejections" {
@@ -138,10 +138,10 @@ fn explain(r: &RejectionRow, configured: bool) -> (String, &'static str) {
             };
             (
                 format!(
-                    "The signature {matched}: either the sender signs with another secret \
-                     (rotated on one side only? during a rotation list both), or something on the \
-                     way changed the bytes: a proxy that re-encodes JSON, decompresses or converts \
-                     the charset changes them."
+                    "The signature {matched}: either the sender signs with a secret not \
+                     listed (rotated at one end only: during a rotation list both), or something \
+                     on the way changed the bytes: a proxy that re-encodes JSON, decompresses or \
+                     converts the charset changes them."
                 ),
                 SIGNATURES,
             )
@@ -316,6 +316,19 @@ fn duration(secs: i64) -> String {
     format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 
+/// `n` with a comma every three digits.
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
 /// Bytes as a person reads them.
 fn size(bytes: u64) -> String {
     match bytes {
@@ -404,5 +417,8 @@ mod tests {
         assert_eq!(duration(7_200), "2 hours");
         assert_eq!(duration(3 * 86_400), "3 days");
         assert_eq!(size(512), "512 bytes");
+        assert_eq!(thousands(10_000), "10,000");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }

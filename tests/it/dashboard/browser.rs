@@ -33,7 +33,7 @@ const INBOX: &str =
     "\n[[sources]]\nname = \"inbox\"\nkind = \"github\"\nsecrets = [\"test-secret\"]\n";
 
 /// Kills chromedriver (and so the browser it started) however the test ends.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
     port: u16,
     _profile: tempfile::TempDir,
@@ -47,7 +47,7 @@ impl Drop for Driver {
 }
 
 /// `None` when Chromium is missing outside CI; a panic when it is missing in CI.
-fn browser_available() -> bool {
+pub(crate) fn browser_available() -> bool {
     if Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists() {
         return true;
     }
@@ -63,9 +63,9 @@ fn browser_available() -> bool {
 
 /// How long to wait for an element after a navigation or a click: the page
 /// may still be loading when the next command arrives.
-const FIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const FIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-async fn start_driver() -> Driver {
+pub(crate) async fn start_driver() -> Driver {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -93,7 +93,7 @@ async fn start_driver() -> Driver {
     driver
 }
 
-async fn connect(driver: &Driver) -> Client {
+pub(crate) async fn connect(driver: &Driver) -> Client {
     let profile = driver._profile.path().display().to_string();
     let caps = json!({
         "goog:chromeOptions": {
@@ -122,14 +122,14 @@ fn screenshot_path(name: &str) -> PathBuf {
     dir.join(format!("dashboard-{name}.png"))
 }
 
-async fn screenshot(browser: &Client, name: &str) {
+pub(crate) async fn screenshot(browser: &Client, name: &str) {
     let png = browser.screenshot().await.unwrap();
     std::fs::write(screenshot_path(name), png).unwrap();
 }
 
 /// Clicks what `locator` finds and waits until the page it was on has been
 /// replaced, so the next lookup sees the new page, not the old one.
-async fn click_and_wait(browser: &Client, locator: Locator<'_>) {
+pub(crate) async fn click_and_wait(browser: &Client, locator: Locator<'_>) {
     let element = browser
         .wait()
         .at_most(FIND_WAIT)
@@ -147,7 +147,7 @@ async fn click_and_wait(browser: &Client, locator: Locator<'_>) {
     }
 }
 
-async fn text_of(browser: &Client, css: &str) -> String {
+pub(crate) async fn text_of(browser: &Client, css: &str) -> String {
     browser
         .wait()
         .at_most(FIND_WAIT)
