@@ -36,9 +36,9 @@ pub const KEEP: i64 = 10_000;
 /// would be trimmed at once anyway.
 pub const BUFFER: usize = 10_000;
 
-/// Records per flush transaction: short, so an insert arriving meanwhile
-/// waits at most one chunk.
-pub const FLUSH_CHUNK: usize = 1_000;
+/// Records per flush transaction: short (about a millisecond), since an
+/// insert arriving meanwhile waits for the chunk to commit.
+pub const FLUSH_CHUNK: usize = 256;
 
 /// How often the [`flusher`] nudges the writer while records wait.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
