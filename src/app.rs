@@ -245,8 +245,6 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         let run = run.instrument(tracing::info_span!("ip_sets"));
         tasks.push(("the IP set refresh task", supervise(&shutdown, run)));
     }
-    let flusher = store::rejections::flusher(writer.clone(), shutdown.clone());
-    tasks.push(("the rejections flusher", tokio::spawn(flusher)));
     for task in maintenance::spawn(&config, store.clone(), writer.clone(), shutdown.clone()) {
         tasks.push(("a maintenance task", task));
     }

@@ -109,10 +109,6 @@ pub enum WriteCmd {
         set: CachedSet,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
-    /// A nudge: refused requests wait in their buffer. The writer takes it
-    /// out of the group and flushes them when idle (`super::writer`), so
-    /// it is never applied here.
-    FlushRejections,
 }
 
 /// What one command did inside the transaction, before it was durable.
@@ -220,7 +216,6 @@ impl WriteCmd {
                 pauses::apply(tx, op)?;
                 Applied::Done
             }
-            WriteCmd::FlushRejections => Applied::Done,
         })
     }
 
@@ -258,7 +253,7 @@ impl WriteCmd {
             | (WriteCmd::Release { reply, .. }, _)
             | (WriteCmd::SaveIpSet { reply, .. }, _)
             | (WriteCmd::Pause { reply, .. }, _) => drop(reply.send(Ok(()))),
-            (WriteCmd::Record { .. } | WriteCmd::FlushRejections, _) => {}
+            (WriteCmd::Record { .. }, _) => {}
             (WriteCmd::MakeDue { reply, .. }, _) => drop(reply.send(Ok(()))),
             (cmd, _) => cmd.fail(StoreError::Unavailable(
                 "internal: mismatched result".into(),
@@ -280,7 +275,6 @@ impl WriteCmd {
                 drop(reply.send(Err(err)))
             }
             WriteCmd::MakeDue { reply, .. } => drop(reply.send(Err(err))),
-            WriteCmd::FlushRejections => {}
             WriteCmd::Record { record, .. } => {
                 // The event stays leased; when the lease runs out it is
                 // delivered again.

@@ -5,11 +5,11 @@
 //! forged requests refuses thousands a second. So the receive path only
 //! does [`RejectionQueue::push`]: a `try_send` into a bounded channel that
 //! drops (and counts, `hookbox_rejections_dropped_total`) when full. The
-//! writer thread owns the other end; a [`flusher`] task nudges it once a
-//! second while records wait, and the writer flushes them in chunks of
-//! [`FLUSH_CHUNK`], each its own transaction, only when no other command is
-//! waiting (or once they have waited [`super::writer`]'s deferral limit), so
-//! ingest always goes first. Each chunk trims the table to the newest
+//! writer thread owns the other end and flushes them in chunks of
+//! [`FLUSH_CHUNK`], each its own transaction, when no command waits (at
+//! most once per [`FLUSH_EVERY`]; it waits for commands with that timeout),
+//! or between groups once they have waited [`super::writer`]'s deferral
+//! limit, so ingest always goes first and never gives up a queue slot. Each chunk trims the table to the newest
 //! [`KEEP`] rows by id: ids only grow and the newest row is never deleted,
 //! so `id <= max - KEEP` is exactly the overflow, found in the primary key.
 //!
@@ -27,7 +27,6 @@ use prometheus_client::metrics::counter::Counter;
 use rusqlite::{Connection, Transaction, params};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 /// Rows the table keeps (DESIGN.md "Admin": the newest 10,000).
 pub const KEEP: i64 = 10_000;
@@ -40,7 +39,7 @@ pub const BUFFER: usize = 10_000;
 /// insert arriving meanwhile waits for the chunk to commit.
 pub const FLUSH_CHUNK: usize = 256;
 
-/// How often the [`flusher`] nudges the writer while records wait.
+/// How often an idle writer flushes waiting records.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// Longest text kept of anything the client chose (the source name in the
@@ -130,27 +129,9 @@ impl RejectionQueue {
         }
     }
 
-    /// Whether records wait for the writer.
-    pub fn waiting(&self) -> bool {
-        self.tx.capacity() < self.tx.max_capacity()
-    }
-
     /// Counts records lost after leaving the buffer (a flush that failed).
     pub(super) fn lost(&self, n: usize) {
         self.dropped.inc_by(n as u64);
-    }
-}
-
-/// Nudges the writer once per [`FLUSH_EVERY`] while records wait, until
-/// `shutdown`; the writer flushes what is left when it stops.
-pub async fn flusher(writer: super::WriterHandle, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(FLUSH_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tick.tick() => writer.nudge_rejections(),
-        }
     }
 }
 

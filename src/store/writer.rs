@@ -18,8 +18,9 @@
 //!
 //! Refused requests (`super::rejections`) come by a channel of their own
 //! and go last: the writer flushes them, in short transactions of their
-//! own, only when no command waits, or once they have waited
-//! [`MAX_FLUSH_DEFER`].
+//! own, when no command waits (at most once per
+//! [`super::rejections::FLUSH_EVERY`]), or between groups once they have
+//! waited [`MAX_FLUSH_DEFER`].
 //!
 //! The thread exits when every [`WriterHandle`] has been dropped, after it
 //! has answered what was queued, flushed the rejections, stopped the
@@ -40,7 +41,7 @@ use super::command::{Applied, Claims, WriteCmd};
 use super::dispatch::{AttemptRecord, ClaimFrom, Lease};
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
-use super::rejections::{self, FLUSH_CHUNK, Rejection, RejectionQueue};
+use super::rejections::{self, FLUSH_CHUNK, FLUSH_EVERY, Rejection, RejectionQueue};
 use super::replay::ReplayFilter;
 use super::retention::PruneBatch;
 use super::syncer::Syncer;
@@ -397,16 +398,6 @@ impl WriterHandle {
         self.rejections.push(rejection);
     }
 
-    /// Asks the writer to flush the refused requests waiting, when it is
-    /// idle; nothing when none wait or the queue is full (the next nudge
-    /// asks again).
-    pub fn nudge_rejections(&self) {
-        if self.rejections.waiting() {
-            // Full: the writer is busy with ingest, which goes first.
-            let _ = self.tx.try_send(WriteCmd::FlushRejections);
-        }
-    }
-
     fn send(&self, cmd: WriteCmd) -> Result<(), StoreError> {
         self.tx.try_send(cmd).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
@@ -477,8 +468,8 @@ struct Writer {
     file: FileIdentity,
     /// Since when commits have been failing, and when that was last logged.
     failing: Option<(Instant, Instant)>,
-    /// Refused requests owed a flush (counted when nudged), and since when.
-    owed: Option<(usize, Instant)>,
+    /// When the rejections buffer was last left empty.
+    last_flush: Instant,
     /// When a failed rejection flush was last logged.
     flush_failed_logged: Option<Instant>,
 }
@@ -490,27 +481,54 @@ impl Writer {
             helpers,
             file,
             failing: None,
-            owed: None,
+            last_flush: Instant::now(),
             flush_failed_logged: None,
         }
     }
 
     fn run(mut self, mut rx: mpsc::Receiver<WriteCmd>) {
         use mpsc::error::TryRecvError;
+        // Only to wait for a command with a timeout, so refused requests
+        // are flushed within a second of an idle spell without taking a
+        // slot of the command queue from ingest.
+        let timer = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "no timer for the writer: refused requests are recorded only between other writes");
+            })
+            .ok();
         let mut batch = Vec::with_capacity(64);
         loop {
             let first = match rx.try_recv() {
                 Ok(cmd) => cmd,
                 Err(TryRecvError::Disconnected) => break,
-                // Idle: the refused requests' turn.
-                Err(TryRecvError::Empty) if self.owed.is_some() => {
-                    self.flush_rejections(FLUSH_CHUNK);
+                // Idle: the refused requests' turn, once a second.
+                Err(TryRecvError::Empty) if self.rejections_due(FLUSH_EVERY) => {
+                    self.flush_rejections();
                     continue;
                 }
-                Err(TryRecvError::Empty) => match rx.blocking_recv() {
-                    Some(cmd) => cmd,
-                    None => break,
-                },
+                Err(TryRecvError::Empty) => {
+                    // Records arriving while it waits are a second late at most.
+                    let wait = if self.helpers.rejections.1.is_empty() {
+                        FLUSH_EVERY
+                    } else {
+                        FLUSH_EVERY.saturating_sub(self.last_flush.elapsed())
+                    };
+                    let next = match &timer {
+                        Some(timer) => timer.block_on(async {
+                            tokio::time::timeout(wait.max(Duration::from_millis(10)), rx.recv())
+                                .await
+                                .ok()
+                        }),
+                        None => Some(rx.blocking_recv()),
+                    };
+                    match next {
+                        Some(Some(cmd)) => cmd,
+                        Some(None) => break,
+                        None => continue,
+                    }
+                }
             };
             batch.push(first);
             while batch.len() < MAX_BATCH {
@@ -519,79 +537,54 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let before = batch.len();
-            batch.retain(|cmd| !matches!(cmd, WriteCmd::FlushRejections));
-            if batch.len() < before {
-                self.owe_rejections();
-            }
-            if !batch.is_empty() {
-                self.commit_group(&mut batch);
-            }
-            if self
-                .owed
-                .is_some_and(|(_, since)| since.elapsed() >= MAX_FLUSH_DEFER)
-            {
-                self.flush_rejections(FLUSH_CHUNK);
+            self.commit_group(&mut batch);
+            // Busy for a while: one chunk between groups, so the buffer
+            // still drains.
+            if self.rejections_due(MAX_FLUSH_DEFER) {
+                self.flush_rejections();
             }
         }
-        self.flush_rejections(usize::MAX);
+        while !self.helpers.rejections.1.is_empty() {
+            self.flush_rejections();
+        }
         self.stop();
     }
 
-    /// A nudge: what waits now is owed a flush (what comes later waits
-    /// for the next nudge, so a flood cannot keep the writer flushing).
-    fn owe_rejections(&mut self) {
-        let waiting = self.helpers.rejections.1.len();
-        if waiting == 0 {
-            return;
-        }
-        let since = self.owed.map_or_else(Instant::now, |(_, since)| since);
-        let owed = self.owed.map_or(0, |(n, _)| n);
-        self.owed = Some((owed.max(waiting), since));
+    /// Whether refused requests wait and the last flush was `every` ago.
+    fn rejections_due(&self, every: Duration) -> bool {
+        !self.helpers.rejections.1.is_empty() && self.last_flush.elapsed() >= every
     }
 
-    /// Flushes up to `max` owed refused requests (all that wait with
-    /// `usize::MAX`), in transactions of at most [`FLUSH_CHUNK`]. Records
-    /// that cannot be written are dropped and counted: they must not hold
-    /// the writer, nor grow while the disk is full.
-    fn flush_rejections(&mut self, max: usize) {
-        let owed = match (max, self.owed) {
-            (usize::MAX, _) => usize::MAX,
-            (_, Some((owed, _))) => owed.min(max),
-            (_, None) => return,
-        };
-        let mut done = 0;
-        let mut drained = false;
-        let mut rows = Vec::with_capacity(owed.min(FLUSH_CHUNK));
-        while done < owed {
-            rows.clear();
-            while rows.len() < FLUSH_CHUNK && done + rows.len() < owed {
-                match self.helpers.rejections.1.try_recv() {
-                    Ok(r) => rows.push(r),
-                    Err(_) => break,
-                }
-            }
-            if rows.is_empty() {
-                drained = true;
-                break;
-            }
-            done += rows.len();
-            if let Err(e) = self.write_rejections(&rows) {
-                self.helpers.rejections.0.lost(rows.len());
-                let now = Instant::now();
-                if self
-                    .flush_failed_logged
-                    .is_none_or(|at| now.duration_since(at) >= FAILURE_LOG_INTERVAL)
-                {
-                    tracing::warn!(error = %format!("{e:#}"), records = rows.len(), "could not record refused requests; dropped them");
-                    self.flush_failed_logged = Some(now);
-                }
+    /// Flushes one chunk of waiting refused requests ([`FLUSH_CHUNK`]) in
+    /// a transaction of its own; once none wait, the next flush is a
+    /// [`FLUSH_EVERY`] away. Records that cannot be written are dropped
+    /// and counted: they must not hold the writer, nor pile up while the
+    /// disk is full.
+    fn flush_rejections(&mut self) {
+        let mut rows = Vec::with_capacity(FLUSH_CHUNK);
+        while rows.len() < FLUSH_CHUNK {
+            match self.helpers.rejections.1.try_recv() {
+                Ok(r) => rows.push(r),
+                Err(_) => break,
             }
         }
-        self.owed = match self.owed {
-            Some((owed, since)) if owed > done && !drained => Some((owed - done, since)),
-            _ => None,
-        };
+        if self.helpers.rejections.1.is_empty() {
+            self.last_flush = Instant::now();
+        }
+        if rows.is_empty() {
+            return;
+        }
+        if let Err(e) = self.write_rejections(&rows) {
+            self.helpers.rejections.0.lost(rows.len());
+            let now = Instant::now();
+            if self
+                .flush_failed_logged
+                .is_none_or(|at| now.duration_since(at) >= FAILURE_LOG_INTERVAL)
+            {
+                tracing::warn!(error = %format!("{e:#}"), records = rows.len(), "could not record refused requests; dropped them");
+                self.flush_failed_logged = Some(now);
+            }
+        }
     }
 
     fn write_rejections(&mut self, rows: &[Rejection]) -> anyhow::Result<()> {
