@@ -61,8 +61,11 @@
 # (20000), PULL_POLLS (100), PULL_INGEST_RATE events/s (2000).
 # ATTACK=1 also runs hookbox-attack RUNS times (valid p50/p99 and the
 # server's peak RSS during slowloris, 10k idle connections, idle uploads
-# declaring the whole body budget and a duplicate storm; medians at the
-# end), with the fd limit raised to the hard one.
+# declaring the whole body budget, a duplicate storm and a flood of forged
+# deliveries; medians at the end), with the fd limit raised to the hard one.
+# FORGED=1 runs only its baseline and forged phases, DURATION seconds each:
+# valid p50/p99 alone, then beside the flood (which the server refuses and
+# records in its bounded rejections table), and the table's size after it.
 # Exits non-zero when any run fails its checks (row count, exit status,
 # answers; for deliver*: every row delivered, every 202 seen downstream,
 # signatures valid, backlog drained within DRAIN_TIMEOUT; for deliver2, per
@@ -513,6 +516,14 @@ if [ "${ATTACK:-0}" = 1 ]; then
     ulimit -n "$(ulimit -Hn)" || true
     "$root/target/release/hookbox-attack" --hookbox "$root/target/release/hookbox" \
         --runs "$RUNS" || failed=1
+fi
+
+if [ "${FORGED:-0}" = 1 ]; then
+    echo
+    echo "== forged: valid deliveries alone, then beside a flood of forged ones"
+    ulimit -n "$(ulimit -Hn)" || true
+    "$root/target/release/hookbox-attack" --hookbox "$root/target/release/hookbox" \
+        --phases baseline,forged --phase "$DURATION" --runs "$RUNS" || failed=1
 fi
 
 if [ "$failed" -ne 0 ]; then

@@ -28,7 +28,7 @@ Secrets the systemd unit passes to hookbox with \fBLoadCredential=\fR; the confi
 \fI/var/lib/hookbox/\fR
 The service's state: the database (\fIhookbox.db\fR), the admin token and backups.
 .SH SEE ALSO
-\fBsystemctl\fR(1), \fBsystemd.exec\fR(5), \fI/usr/share/doc/hookbox/README.md\fR for an overview, and \fI/usr/share/doc/hookbox/configuration-reference.md\fR for every key of the configuration; the full manual is the book in the source's Idocs/R directory.
+\fBsystemctl\fR(1), \fBsystemd.exec\fR(5), \fI/usr/share/doc/hookbox/README.md\fR for an overview, and \fI/usr/share/doc/hookbox/configuration-reference.md\fR for every key of the configuration; the full manual is the book in the source's \fIdocs/\fR directory.
 "#;
 
 /// The version the pages carry: the package's own, without the git commit

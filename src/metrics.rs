@@ -149,6 +149,9 @@ pub struct WriterMetrics {
     pub batch_size: Histogram,
     /// Time to run and commit a group's transaction.
     pub commit_seconds: Histogram,
+    /// Refused requests not recorded: their buffer was full, or the
+    /// flush failed (`crate::store::rejections`).
+    pub rejections_dropped: Counter,
 }
 
 impl Default for WriterMetrics {
@@ -156,6 +159,7 @@ impl Default for WriterMetrics {
         WriterMetrics {
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
             commit_seconds: latency_histogram(),
+            rejections_dropped: Counter::default(),
         }
     }
 }
@@ -199,6 +203,11 @@ impl Metrics {
             "writer_commit_duration_seconds",
             "Time to run and commit one writer transaction (the WAL fsync follows on the syncer thread)",
             writer.commit_seconds.clone(),
+        );
+        registry.register(
+            "rejections_dropped",
+            "Refused /hooks requests not recorded in the rejections table (buffer full or flush failed)",
+            writer.rejections_dropped.clone(),
         );
         let attempts = Family::<AttemptLabels, Counter>::default();
         registry.register(

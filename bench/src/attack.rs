@@ -6,7 +6,11 @@
 //! that open and send nothing, idle uploads (eleven connections from
 //! 127.0.0.2 whose `Content-Length`s add up to the 256 MiB body budget, 10
 //! x 25 MiB + 6 MiB, sending no body and starting over whenever answered),
-//! and a duplicate storm (64 tasks resending one id). `--phases` picks
+//! a duplicate storm (64 tasks resending one id), and a flood of forged
+//! deliveries (`--forged-connections` connections, each from its own
+//! loopback address 127.0.1.x, posting badly signed deliveries as fast as
+//! they are answered: 401 until the address is blocked, then 429; every one
+//! is a refusal hookbox records in its rejections table). `--phases` picks
 //! some. During every phase `--valid` keep-alive connections post signed,
 //! unique GitHub deliveries; the phase prints their count, errors (of
 //! which 503s), p50 and p99 of the 202s, and the server's peak resident
@@ -55,6 +59,9 @@ struct Args {
     /// Idle connections (capped by the server's max_connections queue).
     #[arg(long, default_value_t = 10_000)]
     idle: u32,
+    /// Connections flooding forged deliveries in the forged phase.
+    #[arg(long, default_value_t = 32)]
+    forged_connections: u32,
     /// Times to run every phase, each on a fresh server.
     #[arg(long, default_value_t = 1)]
     runs: u32,
@@ -62,7 +69,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "baseline,slowloris,idle,uploads,storm"
+        default_value = "baseline,slowloris,idle,uploads,storm,forged"
     )]
     phases: Vec<Phase>,
 }
@@ -74,6 +81,7 @@ enum Phase {
     Idle,
     Uploads,
     Storm,
+    Forged,
 }
 
 /// The idle uploads' `Content-Length`s: 10 x 25 MiB + 6 MiB, hookbox's
@@ -113,7 +121,8 @@ fn main() -> Result<()> {
 struct Server {
     child: Child,
     addr: SocketAddr,
-    _dir: tempfile::TempDir,
+    admin: SocketAddr,
+    dir: tempfile::TempDir,
 }
 
 /// The process's resident memory now, in MiB (Linux).
@@ -169,7 +178,8 @@ async fn start(args: &Args) -> Result<Server> {
     let server = Server {
         child,
         addr,
-        _dir: dir,
+        admin,
+        dir,
     };
     for _ in 0..200 {
         if let Ok(mut s) = TcpStream::connect(addr).await {
@@ -403,6 +413,7 @@ async fn run_once(args: &Args) -> Result<Vec<Measured>> {
             Phase::Idle => idle(args, &server).await,
             Phase::Uploads => uploads(args, &server).await,
             Phase::Storm => storm(args, &server).await,
+            Phase::Forged => forged(args, &server).await?,
         });
     }
     drop(server);
@@ -516,4 +527,124 @@ async fn storm(args: &Args, server: &Server) -> Measured {
         storm.load(Ordering::Relaxed)
     );
     measured
+}
+
+/// A GitHub delivery signed with the wrong secret.
+fn forged_delivery(n: u64) -> Request<Full<Bytes>> {
+    let body = Bytes::from(format!(r#"{{"id":"forged-{n}","zen":"forged"}}"#));
+    Request::post("/hooks/github")
+        .header("host", "bench")
+        .header("content-type", "application/json")
+        .header("x-github-event", "push")
+        .header("x-github-delivery", format!("forged-{n}"))
+        .header("x-hub-signature-256", format!("sha256={}", "ab".repeat(32)))
+        .body(Full::new(body))
+        .expect("static parts make a valid request")
+}
+
+/// Posts forged deliveries from `from` until `stop`, over and over on a
+/// fresh connection whenever the server closes one (it closes after a
+/// 429). Counts the 401s and the 429s.
+async fn forger(
+    addr: SocketAddr,
+    from: std::net::Ipv4Addr,
+    stop: Arc<AtomicBool>,
+    counts: Arc<[AtomicU64; 3]>,
+) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let stream = async {
+            let socket = TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::from((from, 0)))?;
+            socket.connect(addr).await
+        };
+        let Ok(stream) = stream.await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok((mut tx, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
+        else {
+            continue;
+        };
+        tokio::spawn(conn);
+        while !stop.load(Ordering::Relaxed) {
+            n += 1;
+            let Ok(r) = tx.send_request(forged_delivery(n)).await else {
+                break;
+            };
+            let slot = match r.status().as_u16() {
+                401 => 0,
+                429 => 1,
+                _ => 2,
+            };
+            counts[slot].fetch_add(1, Ordering::Relaxed);
+            if r.into_body().collect().await.is_err() || !tx.is_ready() {
+                break;
+            }
+        }
+    }
+}
+
+/// The admin token hookbox generated next to its database, and one
+/// authorized GET on the admin listener.
+async fn admin_get(server: &Server, path: &str) -> Result<String> {
+    let token = std::fs::read_to_string(server.dir.path().join("admin-token"))
+        .context("reading the generated admin token")?;
+    let stream = TcpStream::connect(server.admin).await?;
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let request = Request::get(path)
+        .header("host", "bench")
+        .header("authorization", format!("Bearer {}", token.trim()))
+        .body(Full::new(Bytes::new()))?;
+    let body = tx
+        .send_request(request)
+        .await?
+        .into_body()
+        .collect()
+        .await?;
+    Ok(String::from_utf8_lossy(&body.to_bytes()).into_owned())
+}
+
+async fn forged(args: &Args, server: &Server) -> Result<Measured> {
+    let (addr, n) = (server.addr, args.forged_connections);
+    let counts: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+    let counted = counts.clone();
+    let measured = phase(args, server, &format!("forged flood x{n}"), |stop| {
+        for i in 0..n {
+            let from = std::net::Ipv4Addr::new(127, 0, 1, (i % 250) as u8 + 1);
+            tokio::spawn(forger(addr, from, stop.clone(), counts.clone()));
+        }
+    })
+    .await;
+    let [unauthorized, limited, other] = &*counted;
+    let (unauthorized, limited, other) = (
+        unauthorized.load(Ordering::Relaxed),
+        limited.load(Ordering::Relaxed),
+        other.load(Ordering::Relaxed),
+    );
+    // The writer flushes refusals once a second: let it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let db = rusqlite::Connection::open_with_flags(
+        server.dir.path().join("hookbox.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )?;
+    let (rows, max_id): (i64, i64) = db.query_row(
+        "SELECT count(*), coalesce(max(id), 0) FROM rejections",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let metrics = admin_get(server, "/metrics").await?;
+    let dropped = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hookbox_rejections_dropped_total "))
+        .unwrap_or("?")
+        .to_owned();
+    println!(
+        "  (forged requests answered: {} = 401: {unauthorized} + 429: {limited} + other: {other}; \
+         rejections table: {rows} rows, {max_id} recorded in all; dropped (buffer full): {dropped})",
+        unauthorized + limited + other
+    );
+    Ok(measured)
 }

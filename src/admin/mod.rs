@@ -17,6 +17,7 @@ pub mod dashboard;
 pub mod destinations;
 pub mod events;
 pub mod metrics;
+pub mod rejections;
 pub mod stats;
 pub mod token;
 
@@ -127,6 +128,7 @@ pub fn router(state: AdminState, token: &Secret) -> Router {
             post(destinations::resume),
         )
         .route("/api/catch-up", get(stats::catch_up_runs))
+        .route("/api/rejections", get(rejections::list))
         .route("/api/sources/{name}/catch-up", post(stats::start_catch_up))
         .route("/metrics", get(metrics::metrics))
         .route_layer(middleware::from_fn_with_state(expected, require_token))

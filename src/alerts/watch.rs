@@ -271,7 +271,7 @@ fn rejections(source: &str, total: u64) -> Notice {
         text: format!(
             "{total} requests to /hooks/{source} failed signature verification in the last 10 minutes. \
              The usual cause is a rotated secret: put the new one first in secrets (keep the old one \
-             until the provider has switched). See README \"Troubleshooting signature failures\"."
+             until the provider has switched). See the manual's \"Troubleshooting signature failures\" (docs/src/troubleshooting.md)."
         ),
         details: json!({ "source": source, "refusals": total, "window_seconds": 600 }),
     }

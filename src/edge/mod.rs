@@ -88,6 +88,24 @@ impl Edge {
         })
     }
 
+    /// The client address as [`Edge::client`] resolves it, without
+    /// counting anything: for the record of a refused request, whose
+    /// source may be any name a client sent. `None` when it names none.
+    pub fn resolve(&self, parts: &Parts) -> Option<IpAddr> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+        self.proxies.resolve(peer, &parts.headers).ok()
+    }
+
+    /// Why `client` is not allowed by `allow` (`not_allowed`, or
+    /// `set_unavailable` while a named set has not been fetched), for the
+    /// record of a 403; `None` if it is.
+    pub fn forbidden(&self, allow: &AllowIps, client: IpAddr) -> Option<&'static str> {
+        self.allowed(allow, client).err()
+    }
+
     /// Starts reading a body from `client`; the charge goes with the body
     /// (see [`Edge::charge`]) and is given back when dropped.
     pub fn start_body(&self, source: &str, client: IpAddr) -> Result<Charge, ApiError> {

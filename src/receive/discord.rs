@@ -192,7 +192,7 @@ mod tests {
         );
         assert_eq!(
             check(&headers(Some(RFC_SIG), Some("100")), 401),
-            Err(VerifyError::TimestampOutOfTolerance)
+            Err(VerifyError::TimestampOutOfTolerance { age_secs: 301 })
         );
         assert_eq!(
             check(&headers(Some(&RFC_SIG[..126]), Some("100")), 100),

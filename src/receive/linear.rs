@@ -67,7 +67,8 @@ impl Linear {
             Some(Some(_)) => return Err(VerifyError::MalformedTimestamp),
         };
         if now_ms.saturating_sub(ts).saturating_abs() > self.tolerance_ms {
-            return Err(VerifyError::TimestampOutOfTolerance);
+            let age_secs = now_ms.saturating_sub(ts) / 1000;
+            return Err(VerifyError::TimestampOutOfTolerance { age_secs });
         }
         Ok(())
     }
@@ -147,9 +148,9 @@ mod tests {
         let sig = sign(SECRET, BODY);
         assert_eq!(check(&[SECRET], Some(&sig), BODY, TS + 60_000), Ok(()));
         assert_eq!(check(&[SECRET], Some(&sig), BODY, TS - 60_000), Ok(()));
-        let stale = Err(VerifyError::TimestampOutOfTolerance);
-        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS + 60_001), stale);
-        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS - 60_001), stale);
+        let stale = |age_secs| Err(VerifyError::TimestampOutOfTolerance { age_secs });
+        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS + 60_001), stale(60));
+        assert_eq!(check(&[SECRET], Some(&sig), BODY, TS - 60_001), stale(-60));
     }
 
     #[test]

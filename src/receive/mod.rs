@@ -9,8 +9,9 @@
 //! on the exact bytes (401), identify the event (400), hand it to the
 //! writer and answer only once it is committed (202 new, 200 duplicate, 503
 //! when the store cannot take it). A 401 and a 408 count toward the
-//! client's failure limit. Provider specifics live one file per kind; this
-//! module only chooses among them.
+//! client's failure limit. Every refusal is also recorded for the
+//! rejections table ([`refusal`]), without waiting. Provider specifics live
+//! one file per kind; this module only chooses among them.
 
 pub mod discord;
 pub mod github;
@@ -21,6 +22,7 @@ pub mod mailgun;
 pub mod meta;
 pub mod paddle;
 pub mod payload;
+mod refusal;
 pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
@@ -41,6 +43,7 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -59,6 +62,7 @@ use crate::route::Routes;
 use crate::store::models::{Inserted, NewEvent, Origin};
 use crate::store::{StoreError, WriterHandle};
 use payload::{Handshake, Identified, IdentifyError, Inbound};
+use refusal::{Recorder, Refusal};
 use verify::VerifyError;
 
 /// Bodies above this are verified on the blocking pool, so hashing 25 MiB
@@ -78,6 +82,10 @@ pub struct Source {
     /// `None`: every address may post.
     allow_ips: Option<AllowIps>,
     metrics: SourceMetrics,
+    /// How many secrets are configured and the timestamp tolerance: said
+    /// when a signature or a timestamp is refused.
+    secrets: u32,
+    tolerance_secs: u64,
 }
 
 enum Verifier {
@@ -190,6 +198,8 @@ impl Source {
             routes: Routes::new(&cfg.destinations),
             allow_ips: cfg.allow_ips.clone(),
             metrics,
+            secrets: u32::try_from(secrets.len()).unwrap_or(u32::MAX),
+            tolerance_secs: cfg.tolerance.as_secs(),
         }
     }
 
@@ -365,6 +375,41 @@ impl Receiver {
         self.alerts = alerts;
         self
     }
+
+    /// Records refusals of the request to `name` with headers in `parts`.
+    fn recorder<'a>(&'a self, name: &'a str, parts: &'a Parts) -> Recorder<'a> {
+        Recorder {
+            writer: &self.writer,
+            name,
+            source: None,
+            client: None,
+            headers: &parts.headers,
+            body_timeout_secs: self.body_timeout.as_secs(),
+        }
+    }
+
+    /// Asks the edge who the client is and whether it may post to `source`.
+    fn admit(&self, source: &Source, parts: &Parts) -> Result<IpAddr, Refusal> {
+        let declared = declared_length(&parts.headers);
+        let client = self
+            .edge
+            .client(&source.name, parts)
+            .map_err(|e| Refusal::new(e, declared))?;
+        self.edge
+            .admit(&source.name, source.allow_ips.as_ref(), client)
+            .map_err(|e| {
+                let cause = match (&e, &source.allow_ips) {
+                    (ApiError::ForbiddenAddress, Some(allow)) => self.edge.forbidden(allow, client),
+                    _ => None,
+                };
+                let refusal = Refusal::new(e, declared);
+                match cause {
+                    Some(cause) => refusal.because(cause),
+                    None => refusal,
+                }
+            })?;
+        Ok(client)
+    }
 }
 
 /// What a stored (or answered) request became.
@@ -391,39 +436,38 @@ pub async fn receive(
             )));
         }
     };
+    let (parts, body) = request.into_parts();
+    let mut recorder = rx.recorder(&name, &parts);
     let Some(source) = rx.sources.get(&name).cloned() else {
         rx.unknown
             .rejected(ApiError::UnknownSource.reason(), started.elapsed());
+        recorder.client = rx.edge.resolve(&parts);
+        let declared = declared_length(&parts.headers);
+        recorder.refused(&Refusal::new(ApiError::UnknownSource, declared));
         return Err(ApiError::UnknownSource);
     };
+    recorder.source = Some(&source);
     let metrics = &source.metrics;
-    let (parts, body) = request.into_parts();
-    let admitted = rx.edge.client(&name, &parts).and_then(|client| {
-        rx.edge
-            .admit(&name, source.allow_ips.as_ref(), client)
-            .map(|()| client)
-    });
-    let client = match admitted {
+    let client = match rx.admit(&source, &parts) {
         Ok(client) => client,
         Err(refused) => {
-            metrics.rejected(refused.reason(), started.elapsed());
-            return Err(refused);
+            metrics.rejected(refused.error.reason(), started.elapsed());
+            recorder.client = rx.edge.resolve(&parts);
+            recorder.refused(&refused);
+            return Err(refused.error);
         }
     };
-    let answer = handle(
-        &rx,
-        source.clone(),
-        client,
-        Request::from_parts(parts, body),
-    )
-    .await;
+    recorder.client = Some(client);
+    let answer = handle(&rx, source.clone(), client, &parts, body).await;
     // A body that never comes holds a connection and a reader's place for
     // the whole body timeout, at no cost to whoever sends it: it counts
     // like a forged signature.
-    if let Err(ApiError::Unverified(_) | ApiError::BodyTimeout) = &answer {
+    if let Err(ApiError::Unverified(_) | ApiError::BodyTimeout) =
+        answer.as_ref().map_err(|r| &r.error)
+    {
         rx.edge.failed(client);
     }
-    if let Err(ApiError::Unverified(_)) = &answer {
+    if let Err(ApiError::Unverified(_)) = answer.as_ref().map_err(|r| &r.error) {
         rx.alerts.rejected(&source.name);
     }
     let took = started.elapsed();
@@ -431,9 +475,12 @@ pub async fn receive(
         Ok(Answer::Accepted(_)) => metrics.accepted(took),
         Ok(Answer::Duplicate(_)) => metrics.duplicate(took),
         Ok(Answer::Handshake(_)) => metrics.challenge(took),
-        Err(e) => metrics.rejected(e.reason(), took),
+        Err(refused) => {
+            metrics.rejected(refused.error.reason(), took);
+            recorder.refused(refused);
+        }
     }
-    Ok(match answer? {
+    Ok(match answer.map_err(|r| r.error)? {
         Answer::Accepted(id) => (
             StatusCode::ACCEPTED,
             Json(json!({ "status": "accepted", "id": id })),
@@ -468,29 +515,31 @@ pub async fn handshake(
     request: Request,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let Some(source) = name
-        .ok()
-        .and_then(|Path(name)| rx.sources.get(&name).cloned())
-    else {
+    let name = name.map(|Path(name)| name).unwrap_or_default();
+    let (parts, _body) = request.into_parts();
+    let mut recorder = rx.recorder(&name, &parts);
+    let Some(source) = rx.sources.get(&name).cloned() else {
         rx.unknown
             .rejected(ApiError::UnknownSource.reason(), started.elapsed());
+        recorder.client = rx.edge.resolve(&parts);
+        recorder.refused(&Refusal::new(ApiError::UnknownSource, None));
         return Err(ApiError::UnknownSource);
     };
+    recorder.source = Some(&source);
     let metrics = &source.metrics;
-    let (parts, _body) = request.into_parts();
-    let client = match rx.edge.client(&source.name, &parts).and_then(|client| {
-        rx.edge
-            .admit(&source.name, source.allow_ips.as_ref(), client)
-            .map(|()| client)
-    }) {
+    let client = match rx.admit(&source, &parts) {
         Ok(client) => client,
         Err(refused) => {
-            metrics.rejected(refused.reason(), started.elapsed());
-            return Err(refused);
+            metrics.rejected(refused.error.reason(), started.elapsed());
+            recorder.client = rx.edge.resolve(&parts);
+            recorder.refused(&refused);
+            return Err(refused.error);
         }
     };
+    recorder.client = Some(client);
     let Verifier::Meta(meta) = &source.verifier else {
         metrics.rejected("method_not_allowed", started.elapsed());
+        recorder.record(405, "method_not_allowed", None, Default::default());
         let body = Json(json!({ "error": "method_not_allowed" }));
         return Ok((
             StatusCode::METHOD_NOT_ALLOWED,
@@ -519,6 +568,7 @@ pub async fn handshake(
                 meta::Refused::WrongToken => StatusCode::FORBIDDEN,
                 meta::Refused::NotAHandshake => StatusCode::NOT_FOUND,
             };
+            recorder.record(status.as_u16(), refused.reason(), None, Default::default());
             Ok((status, Json(json!({ "error": refused.reason() }))).into_response())
         }
     }
@@ -529,29 +579,46 @@ async fn handle(
     rx: &Receiver,
     source: Arc<Source>,
     client: IpAddr,
-    request: Request,
-) -> Result<Answer, ApiError> {
-    let (parts, body) = request.into_parts();
-    if declared_length(&parts.headers).is_some_and(|len| len > source.max_body_bytes) {
-        return Err(ApiError::BodyTooLarge);
+    parts: &Parts,
+    body: Body,
+) -> Result<Answer, Refusal> {
+    let declared = declared_length(&parts.headers);
+    if declared.is_some_and(|len| len > source.max_body_bytes) {
+        return Err(Refusal::new(ApiError::BodyTooLarge, declared));
     }
     // Held until the event is stored or refused.
-    let mut charge = rx.edge.start_body(&source.name, client)?;
-    let body = read_body(rx, &source, body, &mut charge).await?;
+    let mut charge = rx
+        .edge
+        .start_body(&source.name, client)
+        .map_err(|e| Refusal::new(e, declared).because("body_budget"))?;
+    let mut read = 0;
+    let body = read_body(rx, &source, body, &mut charge, &mut read)
+        .await
+        .map_err(|e| {
+            let budget = matches!(e, ApiError::Unavailable);
+            let refusal = Refusal::new(e, Some(read));
+            if budget {
+                refusal.because("body_budget")
+            } else {
+                refusal
+            }
+        })?;
     charge.read();
+    let len = Some(body.len() as u64);
     let now = clock::now_ms();
     let examined = if body.len() <= INLINE_VERIFY_MAX {
         source.examine(&parts.headers, parts.uri.query(), body, now)
     } else {
         let source = source.clone();
-        tokio::task::spawn_blocking(move || {
-            source.examine(&parts.headers, parts.uri.query(), body, now)
-        })
-        .await
-        .map_err(|_| ApiError::Unavailable)?
+        let headers = parts.headers.clone();
+        let query = parts.uri.query().map(str::to_owned);
+        tokio::task::spawn_blocking(move || source.examine(&headers, query.as_deref(), body, now))
+            .await
+            .map_err(|_| Refusal::new(ApiError::Unavailable, len).because("internal"))?
     };
-    let examined = examined.inspect_err(|e| {
+    let examined = examined.map_err(|e| {
         tracing::info!(source = %source.name, reason = e.reason(), "refused a delivery");
+        Refusal::new(e, len)
     })?;
     let event = match examined {
         Examined::Handshake(answer) => return Ok(Answer::Handshake(answer)),
@@ -582,7 +649,7 @@ async fn handle(
                 tracing::warn!(source = %source.name, "writer queue full; answering 503");
             }
             rx.alerts.refused_write();
-            Err(ApiError::Unavailable)
+            Err(Refusal::new(ApiError::Unavailable, len).because("store"))
         }
     }
 }
@@ -603,18 +670,18 @@ async fn read_body(
     source: &Source,
     body: Body,
     charge: &mut Charge,
+    len: &mut u64,
 ) -> Result<Bytes, ApiError> {
     let read = async {
         let mut body = body;
         let mut whole = Whole::default();
-        let mut len: u64 = 0;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|_| ApiError::BodyUnreadable)?;
             let Ok(data) = frame.into_data() else {
                 continue; // trailers
             };
-            len = len.saturating_add(data.len() as u64);
-            if len > source.max_body_bytes {
+            *len = len.saturating_add(data.len() as u64);
+            if *len > source.max_body_bytes {
                 return Err(ApiError::BodyTooLarge);
             }
             rx.edge.charge(&source.name, charge, data.len())?;

@@ -159,9 +159,9 @@ mod tests {
         let value = format!("ts={TS};h1={sig}");
         assert_eq!(verify(&[SECRET], &value, BODY, TS + 5), Ok(()));
         assert_eq!(verify(&[SECRET], &value, BODY, TS - 5), Ok(()));
-        let stale = Err(VerifyError::TimestampOutOfTolerance);
-        assert_eq!(verify(&[SECRET], &value, BODY, TS + 6), stale);
-        assert_eq!(verify(&[SECRET], &value, BODY, TS - 6), stale);
+        let stale = |age_secs| Err(VerifyError::TimestampOutOfTolerance { age_secs });
+        assert_eq!(verify(&[SECRET], &value, BODY, TS + 6), stale(6));
+        assert_eq!(verify(&[SECRET], &value, BODY, TS - 6), stale(-6));
     }
 
     #[test]

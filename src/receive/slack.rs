@@ -162,9 +162,9 @@ mod tests {
     fn timestamps_pass_exactly_at_tolerance_and_fail_one_second_past_it() {
         assert_eq!(check(SIG, BODY, TS + 300), Ok(()));
         assert_eq!(check(SIG, BODY, TS - 300), Ok(()));
-        let stale = Err(VerifyError::TimestampOutOfTolerance);
-        assert_eq!(check(SIG, BODY, TS + 301), stale);
-        assert_eq!(check(SIG, BODY, TS - 301), stale);
+        let stale = |age_secs| Err(VerifyError::TimestampOutOfTolerance { age_secs });
+        assert_eq!(check(SIG, BODY, TS + 301), stale(301));
+        assert_eq!(check(SIG, BODY, TS - 301), stale(-301));
     }
 
     #[test]

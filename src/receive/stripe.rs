@@ -159,9 +159,9 @@ mod tests {
         let sig = format!("t={T},v1={SIG}");
         assert_eq!(verify(&[SECRET], &sig, BODY, T + 300), Ok(()));
         assert_eq!(verify(&[SECRET], &sig, BODY, T - 300), Ok(()));
-        let stale = Err(VerifyError::TimestampOutOfTolerance);
-        assert_eq!(verify(&[SECRET], &sig, BODY, T + 301), stale);
-        assert_eq!(verify(&[SECRET], &sig, BODY, T - 301), stale);
+        let stale = |age_secs| Err(VerifyError::TimestampOutOfTolerance { age_secs });
+        assert_eq!(verify(&[SECRET], &sig, BODY, T + 301), stale(301));
+        assert_eq!(verify(&[SECRET], &sig, BODY, T - 301), stale(-301));
     }
 
     #[test]

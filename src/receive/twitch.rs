@@ -71,7 +71,9 @@ impl Twitch {
             .ok_or(VerifyError::MalformedSignature)?;
         let sent = parse_timestamp(ts).ok_or(VerifyError::MalformedTimestamp)?;
         if now.abs_diff(sent) > self.tolerance_secs.unsigned_abs() {
-            return Err(VerifyError::TimestampOutOfTolerance);
+            return Err(VerifyError::TimestampOutOfTolerance {
+                age_secs: now.saturating_sub(sent),
+            });
         }
         if any_key_matches(&self.keys, &[id, ts, req.body], &sig) {
             Ok(())
@@ -184,9 +186,9 @@ mod tests {
         let h = signed(SIG, TS, ID);
         assert_eq!(check(&[SECRET], &h, BODY, NOW + 600), Ok(()));
         assert_eq!(check(&[SECRET], &h, BODY, NOW - 600), Ok(()));
-        let stale = Err(VerifyError::TimestampOutOfTolerance);
-        assert_eq!(check(&[SECRET], &h, BODY, NOW + 601), stale);
-        assert_eq!(check(&[SECRET], &h, BODY, NOW - 601), stale);
+        let stale = |age_secs| Err(VerifyError::TimestampOutOfTolerance { age_secs });
+        assert_eq!(check(&[SECRET], &h, BODY, NOW + 601), stale(601));
+        assert_eq!(check(&[SECRET], &h, BODY, NOW - 601), stale(-601));
     }
 
     #[test]

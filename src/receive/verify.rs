@@ -28,8 +28,10 @@ pub enum VerifyError {
     MissingTimestamp,
     #[error("malformed_timestamp")]
     MalformedTimestamp,
+    /// `age_secs`: how old the timestamp was (negative: ahead of our
+    /// clock), for the operator's explanation; never in the answer.
     #[error("timestamp_out_of_tolerance")]
-    TimestampOutOfTolerance,
+    TimestampOutOfTolerance { age_secs: i64 },
 }
 
 impl VerifyError {
@@ -41,7 +43,7 @@ impl VerifyError {
             VerifyError::InvalidSignature => "invalid_signature",
             VerifyError::MissingTimestamp => "missing_timestamp",
             VerifyError::MalformedTimestamp => "malformed_timestamp",
-            VerifyError::TimestampOutOfTolerance => "timestamp_out_of_tolerance",
+            VerifyError::TimestampOutOfTolerance { .. } => "timestamp_out_of_tolerance",
         }
     }
 }
@@ -136,7 +138,7 @@ pub fn check_timestamp(raw: &[u8], now: i64, tolerance_secs: i64) -> Result<i64,
         .and_then(|s| s.parse().ok())
         .ok_or(VerifyError::MalformedTimestamp)?;
     if (now - ts).abs() > tolerance_secs {
-        return Err(VerifyError::TimestampOutOfTolerance);
+        return Err(VerifyError::TimestampOutOfTolerance { age_secs: now - ts });
     }
     Ok(ts)
 }
@@ -179,11 +181,11 @@ mod tests {
         assert_eq!(check_timestamp(b"1300", 1000, 300), Ok(1300));
         assert_eq!(
             check_timestamp(b"699", 1000, 300),
-            Err(VerifyError::TimestampOutOfTolerance)
+            Err(VerifyError::TimestampOutOfTolerance { age_secs: 301 })
         );
         assert_eq!(
             check_timestamp(b"1301", 1000, 300),
-            Err(VerifyError::TimestampOutOfTolerance)
+            Err(VerifyError::TimestampOutOfTolerance { age_secs: -301 })
         );
         for bad in [
             &b""[..],

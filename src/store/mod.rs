@@ -20,6 +20,7 @@ pub mod models;
 pub mod pauses;
 pub mod queries;
 mod recent;
+pub mod rejections;
 mod replay;
 pub mod retention;
 pub mod schema;
@@ -99,6 +100,11 @@ pub fn open(
         recent,
         progress: Arc::default(),
         indexer,
+        rejections: rejections::RejectionQueue::new(
+            rejections::BUFFER,
+            writer_metrics.rejections_dropped.clone(),
+        ),
+        keep_rejections: rejections::KEEP,
     };
     let (writer, join) = writer::spawn(conn, helpers, queue, path)?;
     let manager = SqliteConnectionManager::file(path)

@@ -35,7 +35,7 @@
 //! Purge runs from the CLI on its own connection, in the same small
 //! batches, each its own short transaction. It cannot reach a running
 //! server's recent-keys cache, so until that server restarts a resend of
-//! a purged event may still be answered "duplicate" (README.md says so).
+//! a purged event may still be answered "duplicate" (docs/src/operating/retention.md says so).
 //!
 //! Finding candidates walks the table in id order (there is no index on
 //! `delivered_at`); that read costs one pass over the table per run, off

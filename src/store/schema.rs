@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_deliveries.sql"),
     include_str!("migrations/0010_destination_pauses.sql"),
     include_str!("migrations/0011_search.sql"),
+    include_str!("migrations/0012_rejections.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {

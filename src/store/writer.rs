@@ -21,9 +21,15 @@
 //! waits for the words of a body and a burst of ingest does not share
 //! the CPU with tokenizing.
 //!
+//! Refused requests (`super::rejections`) come by a channel of their own
+//! and go last: the writer flushes them, in short transactions of their
+//! own, when no command waits (at most once per
+//! [`super::rejections::FLUSH_EVERY`]), or between groups once they have
+//! waited [`MAX_FLUSH_DEFER`].
+//!
 //! The thread exits when every [`WriterHandle`] has been dropped, after it
-//! has answered what was queued, stopped the syncer and the checkpointer,
-//! and checkpointed the WAL.
+//! has answered what was queued, flushed the rejections, stopped the
+//! syncer and the checkpointer, and checkpointed the WAL.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,6 +47,7 @@ use super::dispatch::{AttemptRecord, ClaimFrom, Lease};
 use super::error::StoreError;
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
+use super::rejections::{self, FLUSH_CHUNK, FLUSH_EVERY, Rejection, RejectionQueue};
 use super::replay::ReplayFilter;
 use super::retention::PruneBatch;
 use super::search::Indexer;
@@ -131,6 +138,10 @@ fn apply_group(
     Ok(results)
 }
 
+/// Longest refused requests wait for an idle writer before a chunk of
+/// them is flushed after each group anyway.
+pub const MAX_FLUSH_DEFER: Duration = Duration::from_secs(2);
+
 /// While commits keep failing, the failure is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -150,6 +161,8 @@ pub struct WriterHandle {
     /// Groups committed so far: a writer whose count moves is alive, even
     /// when its queue is too full to take a ping.
     progress: Arc<AtomicU64>,
+    /// Refused requests, on their way to the writer.
+    rejections: RejectionQueue,
 }
 
 impl WriterHandle {
@@ -380,6 +393,12 @@ impl WriterHandle {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
+    /// Records a refused request, without waiting: dropped and counted
+    /// when the buffer is full.
+    pub fn reject(&self, rejection: Rejection) {
+        self.rejections.push(rejection);
+    }
+
     fn send(&self, cmd: WriteCmd) -> Result<(), StoreError> {
         self.tx.try_send(cmd).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
@@ -403,6 +422,10 @@ pub struct Helpers {
     pub progress: Arc<AtomicU64>,
     /// `None` with search off.
     pub indexer: Option<Indexer>,
+    /// Refused requests: the receive path's end, and the writer's.
+    pub rejections: (RejectionQueue, mpsc::Receiver<Rejection>),
+    /// Rows the rejections table keeps ([`rejections::KEEP`]).
+    pub keep_rejections: i64,
 }
 
 /// Starts the writer thread on `conn`, with room for `queue` waiting commands.
@@ -416,6 +439,7 @@ pub fn spawn(
     let recent = helpers.recent.clone();
     let poisoned = helpers.poisoned.clone();
     let progress = helpers.progress.clone();
+    let rejections = helpers.rejections.0.clone();
     let file = FileIdentity::of(db)?;
     let join = std::thread::Builder::new()
         .name("store-writer".into())
@@ -433,6 +457,7 @@ pub fn spawn(
             poisoned,
             ready_cache: Arc::default(),
             progress,
+            rejections,
         },
         join,
     ))
@@ -448,6 +473,10 @@ struct Writer {
     failing: Option<(Instant, Instant)>,
     /// When the last group was committed: indexing waits for a pause.
     last_group: Instant,
+    /// When the rejections buffer was last left empty.
+    last_flush: Instant,
+    /// When a failed rejection flush was last logged.
+    flush_failed_logged: Option<Instant>,
 }
 
 impl Writer {
@@ -458,12 +487,24 @@ impl Writer {
             file,
             failing: None,
             last_group: Instant::now(),
+            last_flush: Instant::now(),
+            flush_failed_logged: None,
         }
     }
 
     fn run(mut self, mut rx: mpsc::Receiver<WriteCmd>) {
+        // Only to wait for a command with a timeout, so that the idle
+        // jobs (refused requests, the search index) get their turn without
+        // taking a slot of the command queue from ingest.
+        let timer = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "no timer for the writer: refused requests are recorded and bodies indexed only between other writes");
+            })
+            .ok();
         let mut batch = Vec::with_capacity(64);
-        while let Some(first) = self.next_command(&mut rx) {
+        while let Some(first) = self.next_command(&mut rx, timer.as_ref()) {
             batch.push(first);
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
@@ -473,34 +514,77 @@ impl Writer {
             }
             self.commit_group(&mut batch);
             self.last_group = Instant::now();
-            // Indexing waits for a pause in the traffic (below), unless
-            // so much is waiting that it must keep pace.
+            // Busy for a while: one chunk of refusals between groups, so
+            // their buffer still drains; and a search step when so much
+            // waits to be indexed that it must keep pace.
+            if self.rejections_due(MAX_FLUSH_DEFER) {
+                self.flush_rejections();
+            }
             if self.index_far_behind() {
                 self.index_step();
             }
         }
+        while !self.helpers.rejections.1.is_empty() {
+            self.flush_rejections();
+        }
         self.stop();
     }
 
-    /// The next command. While the search index is behind, the writer
-    /// indexes once nothing has come for [`INDEX_WHEN_IDLE`]: tokenizing
-    /// takes CPU that a burst of ingest needs (measured: a quarter of the
-    /// throughput of a saturated two-core machine when indexed between
-    /// every two groups), and a webhook inbox's bursts end.
-    fn next_command(&mut self, rx: &mut mpsc::Receiver<WriteCmd>) -> Option<WriteCmd> {
-        while self.helpers.indexer.as_ref().is_some_and(Indexer::behind) {
+    /// The next command; `None` once every handle is gone. While none
+    /// waits, the idle jobs take their turns: refused requests once a
+    /// [`FLUSH_EVERY`], and the search index once nothing has come for
+    /// [`INDEX_WHEN_IDLE`]: tokenizing takes CPU that a burst of ingest
+    /// needs (measured: a quarter of the throughput of a saturated
+    /// two-core machine when indexed between every two groups), and a
+    /// webhook inbox's bursts end.
+    fn next_command(
+        &mut self,
+        rx: &mut mpsc::Receiver<WriteCmd>,
+        timer: Option<&tokio::runtime::Runtime>,
+    ) -> Option<WriteCmd> {
+        use mpsc::error::TryRecvError;
+        loop {
             match rx.try_recv() {
                 Ok(cmd) => return Some(cmd),
-                Err(mpsc::error::TryRecvError::Disconnected) => return None,
-                Err(mpsc::error::TryRecvError::Empty)
-                    if self.last_group.elapsed() >= INDEX_WHEN_IDLE =>
-                {
-                    self.index_step();
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            if self.rejections_due(FLUSH_EVERY) {
+                self.flush_rejections();
+                continue;
+            }
+            let indexing = self.helpers.indexer.as_ref().is_some_and(Indexer::behind);
+            if indexing && self.last_group.elapsed() >= INDEX_WHEN_IDLE {
+                self.index_step();
+                continue;
+            }
+            // Wait for a command, but not past the next idle job's turn.
+            let mut wait = if self.helpers.rejections.1.is_empty() {
+                FLUSH_EVERY
+            } else {
+                FLUSH_EVERY.saturating_sub(self.last_flush.elapsed())
+            };
+            if indexing {
+                wait = wait.min(INDEX_WHEN_IDLE.saturating_sub(self.last_group.elapsed()));
+            }
+            let next = match timer {
+                Some(timer) => timer.block_on(async {
+                    tokio::time::timeout(wait.max(IDLE_POLL), rx.recv())
+                        .await
+                        .ok()
+                }),
+                None if indexing => {
+                    std::thread::sleep(IDLE_POLL);
+                    continue;
                 }
-                Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(IDLE_POLL),
+                None => Some(rx.blocking_recv()),
+            };
+            match next {
+                Some(Some(cmd)) => return Some(cmd),
+                Some(None) => return None,
+                None => continue,
             }
         }
-        rx.blocking_recv()
     }
 
     /// Whether more events wait to be indexed than a pause should be
@@ -540,6 +624,55 @@ impl Writer {
                 "search index step"
             );
         }
+    }
+
+    /// Whether refused requests wait and the last flush was `every` ago.
+    fn rejections_due(&self, every: Duration) -> bool {
+        !self.helpers.rejections.1.is_empty() && self.last_flush.elapsed() >= every
+    }
+
+    /// Flushes one chunk of waiting refused requests ([`FLUSH_CHUNK`]) in
+    /// a transaction of its own; once none wait, the next flush is a
+    /// [`FLUSH_EVERY`] away. Records that cannot be written are dropped
+    /// and counted: they must not hold the writer, nor pile up while the
+    /// disk is full.
+    fn flush_rejections(&mut self) {
+        let mut rows = Vec::with_capacity(FLUSH_CHUNK);
+        while rows.len() < FLUSH_CHUNK {
+            match self.helpers.rejections.1.try_recv() {
+                Ok(r) => rows.push(r),
+                Err(_) => break,
+            }
+        }
+        if self.helpers.rejections.1.is_empty() {
+            self.last_flush = Instant::now();
+        }
+        if rows.is_empty() {
+            return;
+        }
+        if let Err(e) = self.write_rejections(&rows) {
+            self.helpers.rejections.0.lost(rows.len());
+            let now = Instant::now();
+            if self
+                .flush_failed_logged
+                .is_none_or(|at| now.duration_since(at) >= FAILURE_LOG_INTERVAL)
+            {
+                tracing::warn!(error = %format!("{e:#}"), records = rows.len(), "could not record refused requests; dropped them");
+                self.flush_failed_logged = Some(now);
+            }
+        }
+    }
+
+    fn write_rejections(&mut self, rows: &[Rejection]) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.helpers.poisoned.load(Ordering::Relaxed), "{POISONED}");
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .context("beginning a transaction")?;
+        rejections::insert(&tx, rows, self.helpers.keep_rejections)?;
+        tx.commit().context("committing")?;
+        self.helpers.checkpointer.0.nudge();
+        Ok(())
     }
 
     /// Stops the syncer (which answers what it holds) and the checkpointer,

@@ -244,6 +244,54 @@ fn every_relative_link_and_anchor_in_the_book_and_the_readme_resolves() {
 }
 
 #[test]
+fn every_link_the_code_makes_into_the_book_resolves() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&root().join("src"), &mut files);
+    let mut cache = BTreeMap::new();
+    let (mut problems, mut seen) = (Vec::new(), 0);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (at, _) in text.match_indices("/docs/src/") {
+            let rest = &text[at + "/docs/src/".len()..];
+            let end = rest.find(['"', ')', ' ', '\n']).unwrap_or(rest.len());
+            let target = &rest[..end];
+            let (page, anchor) = target.split_once('#').unwrap_or((target, ""));
+            seen += 1;
+            let path = book().join(page);
+            let Ok(page_text) = std::fs::read_to_string(&path) else {
+                problems.push(format!(
+                    "{}: docs/src/{target}: no such page",
+                    file.display()
+                ));
+                continue;
+            };
+            let ids = cache.entry(path).or_insert_with(|| anchors(&page_text));
+            if !anchor.is_empty() && !ids.contains(anchor) {
+                problems.push(format!(
+                    "{}: docs/src/{target}: no such heading",
+                    file.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        seen > 0,
+        "the dashboard links into the book; the scan found none"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
 fn the_checker_finds_what_it_must() {
     assert_eq!(
         heading_id("`[sources.deliver]` (optional)"),

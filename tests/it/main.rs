@@ -34,6 +34,7 @@ mod pull;
 mod quick_start;
 mod read_only;
 mod receive;
+mod rejections;
 mod retention;
 mod routes;
 mod routes_admin;

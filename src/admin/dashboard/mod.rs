@@ -3,7 +3,8 @@
 //! `GET /` (the counts `/api/stats` gives), `/events` (the inbox, with the
 //! API's filters and cursor), `/events/{id}` (headers, body, attempts),
 //! `/dead` (dead letters, a replay button each and "replay all dead"),
-//! `/catch-up` (recent runs); `POST /events/{id}/replay`, `POST /replay`.
+//! `/catch-up` (recent runs), `/rejections` (refused requests, explained);
+//! `POST /events/{id}/replay`, `POST /replay`.
 //! Pages read through [`crate::store::queries`] and replay through the
 //! same functions as the API ([`super::events`]), so the writer stays the
 //! only thing that writes.
@@ -22,6 +23,7 @@
 mod destination;
 mod event;
 mod pages;
+mod rejections;
 mod session;
 mod view;
 
@@ -66,6 +68,7 @@ pub(super) fn router(admin: AdminState, token: TokenDigest) -> Router {
         .route("/dead", get(pages::dead))
         .route("/replay", post(event::replay_dead))
         .route("/catch-up", get(pages::catch_up))
+        .route("/rejections", get(rejections::list))
         .route(
             "/destinations/{source}/{name}/{verb}",
             post(destination::pause_or_resume),

@@ -33,6 +33,7 @@ pub(super) fn page(
                             a href="/events" { "Inbox" }
                             a href="/dead" { "Dead letters" }
                             a href="/catch-up" { "Catch-up runs" }
+                            a href="/rejections" { "Rejected requests" }
                         }
                     }
                     @if let Some(csrf) = csrf {
