@@ -3,6 +3,7 @@ mod admin;
 mod alerts;
 mod backup;
 mod catchup;
+mod charts;
 mod cli;
 mod clock_jumps;
 mod command_args;

@@ -33,7 +33,7 @@ const INBOX: &str =
     "\n[[sources]]\nname = \"inbox\"\nkind = \"github\"\nsecrets = [\"test-secret\"]\n";
 
 /// Kills chromedriver (and so the browser it started) however the test ends.
-struct Driver {
+pub struct Driver {
     child: Child,
     port: u16,
     _profile: tempfile::TempDir,
@@ -47,7 +47,7 @@ impl Drop for Driver {
 }
 
 /// `None` when Chromium is missing outside CI; a panic when it is missing in CI.
-fn browser_available() -> bool {
+pub fn browser_available() -> bool {
     if Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists() {
         return true;
     }
@@ -63,9 +63,9 @@ fn browser_available() -> bool {
 
 /// How long to wait for an element after a navigation or a click: the page
 /// may still be loading when the next command arrives.
-const FIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const FIND_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-async fn start_driver() -> Driver {
+pub async fn start_driver() -> Driver {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -93,7 +93,7 @@ async fn start_driver() -> Driver {
     driver
 }
 
-async fn connect(driver: &Driver) -> Client {
+pub async fn connect(driver: &Driver) -> Client {
     let profile = driver._profile.path().display().to_string();
     let caps = json!({
         "goog:chromeOptions": {
@@ -116,20 +116,20 @@ async fn connect(driver: &Driver) -> Client {
         .expect("a WebDriver session in Chromium")
 }
 
-fn screenshot_path(name: &str) -> PathBuf {
+pub fn screenshot_path(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(format!("dashboard-{name}.png"))
 }
 
-async fn screenshot(browser: &Client, name: &str) {
+pub async fn screenshot(browser: &Client, name: &str) {
     let png = browser.screenshot().await.unwrap();
     std::fs::write(screenshot_path(name), png).unwrap();
 }
 
 /// Clicks what `locator` finds and waits until the page it was on has been
 /// replaced, so the next lookup sees the new page, not the old one.
-async fn click_and_wait(browser: &Client, locator: Locator<'_>) {
+pub async fn click_and_wait(browser: &Client, locator: Locator<'_>) {
     let element = browser
         .wait()
         .at_most(FIND_WAIT)
@@ -147,7 +147,7 @@ async fn click_and_wait(browser: &Client, locator: Locator<'_>) {
     }
 }
 
-async fn text_of(browser: &Client, css: &str) -> String {
+pub async fn text_of(browser: &Client, css: &str) -> String {
     browser
         .wait()
         .at_most(FIND_WAIT)
@@ -294,9 +294,10 @@ async fn in_chromium_a_person_logs_in_replays_a_dead_letter_and_sees_scripts_as_
         .await
         .unwrap();
     assert!(browser.get_alert_text().await.is_err(), "an alert fired");
+    // A JSON body is shown indented.
     assert_eq!(
         text_of(&browser, "pre").await,
-        format!(r#"{{"comment":"{SCRIPT}"}}"#)
+        format!("{{\n  \"comment\": \"{SCRIPT}\"\n}}")
     );
     assert!(text_of(&browser, "table").await.contains(SCRIPT));
     let scripts = browser
