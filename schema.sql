@@ -208,3 +208,15 @@ CREATE TABLE rejections (
     detail       TEXT                 -- JSON object: facts behind the reason
 );
 CREATE INDEX rejections_source ON rejections (source, id);
+-- Version 13: hourly traffic counters per source, which the dashboard's
+-- charts read instead of scanning events. The writer adds to them in the
+-- transaction of what they count (`src/store/counters.rs` says what each
+-- counts); retention trims hours older than 32 days.
+CREATE TABLE hourly_counts (
+    source    TEXT    NOT NULL,
+    hour      INTEGER NOT NULL,             -- start of the hour, unix ms (UTC)
+    received  INTEGER NOT NULL DEFAULT 0,   -- new events stored, by received_at
+    delivered INTEGER NOT NULL DEFAULT 0,   -- attempts that delivered, by when they ended
+    failed    INTEGER NOT NULL DEFAULT 0,   -- attempts that did not, by when they ended
+    PRIMARY KEY (source, hour)
+) WITHOUT ROWID;

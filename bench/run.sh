@@ -11,6 +11,8 @@
 #   PULL=1 bench/run.sh                # also the pull scenarios
 #   SCENARIOS=pull_latency RUNS=1 bench/run.sh   # one of them
 #   OUTAGE=1 bench/run.sh              # also the outage scenarios (minutes each)
+#   BASELINE=/path/to/old/hookbox SCENARIOS="new deliver" bench/run.sh
+#                                      # each run against that binary too, side by side
 #   SCENARIOS="outage outage_before" RUNS=3 bench/run.sh   # only them
 #
 # Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
@@ -53,6 +55,11 @@
 # that 2xx and from the switch; "not within N s" with how many were), the
 # most requests in one second (sliding window and whole seconds from the
 # switch) against the rate, per-key order, deliveries dead.
+#
+# BASELINE (a hookbox binary, say one built from main before a change):
+# every run of every scenario is made against it first, labelled
+# "<scenario>@baseline", then against this tree's build, so the medians
+# table sets the two side by side on the same machine at the same time.
 #
 # Environment: RUNS (3), DURATION seconds (10), WARMUP seconds (1),
 # CONNECTIONS (64), DURABILITY (full), DRAIN_TIMEOUT seconds (60),
@@ -164,23 +171,34 @@ for scenario in $SCENARIOS; do
     if [ "$scenario" = outage_before ]; then
         runs="$OUTAGE_BEFORE_RUNS"
     fi
+    # With BASELINE, each run of the scenario against that binary first
+    # ("<scenario>@baseline"), then against this tree's: interleaved, so
+    # both sides see the same machine.
+    sides=("$scenario=$root/target/release/hookbox")
+    if [ -n "${BASELINE:-}" ]; then
+        sides=("$scenario@baseline=$BASELINE" "${sides[@]}")
+    fi
     for run in $(seq 1 "$runs"); do
-        echo "== $scenario run $run/$runs"
+      for side in "${sides[@]}"; do
+        label="${side%%=*}"
+        binary="${side#*=}"
+        echo "== $label run $run/$runs"
         case "$scenario" in
             outage*) echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)" ;;
         esac
         status=0
-        out="$("$loadgen" --scenario "$scenario" --duplicates "$dup" \
+        out="$("$loadgen" --scenario "$label" --duplicates "$dup" \
             --connections "$connections" --duration "$DURATION" --warmup "$WARMUP" \
-            --durability "$DURABILITY" --hookbox "$root/target/release/hookbox" \
+            --durability "$DURABILITY" --hookbox "$binary" \
             ${extra[@]+"${extra[@]}"} "$@")" || status=$?
         printf '%s\n' "$out" | grep -v '^{' || true
         printf '%s\n' "$out" | grep '^{' >>"$results" || true
         if [ "$status" -ne 0 ]; then
-            echo "!! $scenario run $run failed (exit $status)"
+            echo "!! $label run $run failed (exit $status)"
             failed=1
         fi
         echo
+      done
     done
 done
 

@@ -1,4 +1,5 @@
-//! The server's periodic upkeep: retention and backup snapshots.
+//! The server's periodic upkeep: retention (the hourly counters'
+//! trimming too) and backup snapshots.
 //!
 //! [`spawn`] starts one task per job; each loops on its interval until the
 //! shutdown token is cancelled, logs each run's outcome once, and lets
@@ -58,13 +59,20 @@ async fn run_retention(
         let started = Instant::now();
         let cutoffs = Cutoffs::at(crate::clock::now_ms(), config.body_days, config.key_days);
         match retention::run_once(&store, &writer, cutoffs, &shutdown).await {
-            Ok(r) if r.rows_deleted + r.bodies_dropped + r.catchup_runs_deleted > 0 => {
+            Ok(r)
+                if r.rows_deleted
+                    + r.bodies_dropped
+                    + r.catchup_runs_deleted
+                    + r.counter_hours_deleted
+                    > 0 =>
+            {
                 tracing::info!(
                     rows_deleted = r.rows_deleted,
                     bodies_dropped = r.bodies_dropped,
                     catchup_runs_deleted = r.catchup_runs_deleted,
+                    counter_hours_deleted = r.counter_hours_deleted,
                     duration_ms = started.elapsed().as_millis() as u64,
-                    "retention removed expired events, bodies and catch-up runs"
+                    "retention removed expired events, bodies, catch-up runs and hourly counters"
                 )
             }
             Ok(_) => tracing::debug!("retention found nothing expired"),

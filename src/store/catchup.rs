@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::counters;
 use super::ingest;
 use super::models::{Inserted, NewEvent};
 
@@ -191,6 +192,11 @@ pub fn apply_alone(conn: &mut Connection, op: &Op) -> anyhow::Result<Done> {
 pub fn insert_alone(conn: &mut Connection, event: &NewEvent) -> anyhow::Result<Inserted> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let inserted = ingest::insert(&tx, event)?;
+    if let Inserted::New(_) = inserted {
+        let mut tally = counters::Tally::default();
+        tally.add(&event.source, event.received_at, counters::Count::Received);
+        counters::flush(&tx, &tally)?;
+    }
     tx.commit().context("committing a fetched event")?;
     Ok(inserted)
 }

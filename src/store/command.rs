@@ -10,6 +10,7 @@ use rusqlite::Transaction;
 use tokio::sync::oneshot;
 
 use super::catchup::{self as catchup_sql, Done as CatchupDone, Op as CatchupOp};
+use super::counters::{Count, Tally};
 use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease};
 use super::error::StoreError;
 use super::ingest;
@@ -131,10 +132,17 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 }
 
 impl WriteCmd {
-    /// Applies the command inside the group's transaction.
-    pub(super) fn apply(&self, tx: &Transaction) -> anyhow::Result<Applied> {
+    /// Applies the command inside the group's transaction, adding what it
+    /// counts ([`super::counters`]) to `tally`.
+    pub(super) fn apply(&self, tx: &Transaction, tally: &mut Tally) -> anyhow::Result<Applied> {
         Ok(match self {
-            WriteCmd::Insert { event, .. } => Applied::Inserted(ingest::insert(tx, event)?),
+            WriteCmd::Insert { event, .. } => {
+                let inserted = ingest::insert(tx, event)?;
+                if let Inserted::New(_) = inserted {
+                    tally.add(&event.source, event.received_at, Count::Received);
+                }
+                Applied::Inserted(inserted)
+            }
             WriteCmd::Catchup { op, .. } => Applied::Catchup(catchup_sql::apply(tx, op)?),
             WriteCmd::Ping { .. } => {
                 ingest::heartbeat(tx)?;
@@ -171,6 +179,7 @@ impl WriteCmd {
             }
             WriteCmd::Record { record, now } => {
                 dispatch::record(tx, record, *now)?;
+                tally.attempt(record);
                 Applied::Done
             }
             WriteCmd::MakeDue {
@@ -196,7 +205,14 @@ impl WriteCmd {
                 leases
                     .iter()
                     .map(|l| {
-                        dispatch::settle_lease(tx, *l, *now, settle.as_ref(), error.as_deref())
+                        dispatch::settle_lease(
+                            tx,
+                            *l,
+                            *now,
+                            settle.as_ref(),
+                            error.as_deref(),
+                            tally,
+                        )
                     })
                     .collect::<anyhow::Result<_>>()?,
             ),

@@ -328,6 +328,8 @@ pub enum Settled {
 pub struct AttemptRecord {
     pub lease: Lease,
     pub event_id: i64,
+    /// The event's source, whose counters the attempt counts in.
+    pub source: String,
     pub destination: String,
     pub attempt: u32,
     pub started_at: i64,
@@ -428,32 +430,35 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
 
 /// Settles a delivery by its lease alone, as a pull consumer's ack or nack
 /// does: `settle` decides from the attempt number how it ends, `error` is
-/// kept with it. `false`, changing nothing, when the lease is stale: its
-/// claim was settled, released or superseded, or it ran out by `now`.
+/// kept with it, and the attempt counted in `tally`. `false`, changing
+/// nothing, when the lease is stale: its claim was settled, released or
+/// superseded, or it ran out by `now`.
 pub fn settle_lease(
     conn: &Connection,
     lease: Lease,
     now: i64,
     settle: &dyn Fn(u32) -> Settled,
     error: Option<&str>,
+    tally: &mut super::counters::Tally,
 ) -> anyhow::Result<bool> {
-    let held: Option<(i64, String, u32)> = conn
+    let held: Option<(i64, String, String, u32)> = conn
         .prepare_cached(
-            "SELECT d.event_id, d.destination, l.attempt
+            "SELECT d.event_id, d.source, d.destination, l.attempt
              FROM leases AS l JOIN deliveries AS d ON d.id = l.delivery
              WHERE l.token = ?1 AND l.delivery = ?2 AND l.lease_until > ?3",
         )?
         .query_row(params![lease.token, lease.delivery, now], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })
         .optional()
         .context("finding a lease")?;
-    let Some((event_id, destination, attempt)) = held else {
+    let Some((event_id, source, destination, attempt)) = held else {
         return Ok(false);
     };
     let record_of = AttemptRecord {
         lease,
         event_id,
+        source,
         destination,
         attempt,
         started_at: now,
@@ -464,6 +469,7 @@ pub fn settle_lease(
         counted: true,
     };
     record(conn, &record_of, now)?;
+    tally.attempt(&record_of);
     Ok(true)
 }
 

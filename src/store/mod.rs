@@ -10,6 +10,7 @@ pub mod backup;
 pub mod catchup;
 pub mod checkpoint;
 pub mod command;
+pub mod counters;
 pub mod dispatch;
 mod error;
 mod ingest;

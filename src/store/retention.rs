@@ -18,6 +18,9 @@
 //!   never pruned, as it may be the one running now; and
 //!   what goes is added to `catchup_pruned`, so the metrics that count runs
 //!   and requests never go back.
+//! * The hourly counters behind the dashboard's charts
+//!   (`super::counters`) keep [`super::counters::KEEP_DAYS`] days, whatever
+//!   the other windows: they hold no key and no body.
 //!
 //! An event's words leave the search index with its row or its body, by
 //! triggers on `events` (`migrations/0011_search.sql`), in the same
@@ -64,6 +67,9 @@ pub enum Prune {
     Bodies,
     /// Delete finished catch-up runs and their requests, counting them.
     CatchupRuns,
+    /// Delete the hourly counters of hours before `before` (no ids: the
+    /// table is small, and one statement takes them all).
+    Counters,
 }
 
 /// Rows the writer is to prune, each re-checked against `before` (unix ms).
@@ -89,6 +95,8 @@ pub struct Cutoffs {
     pub key_before: i64,
     /// Catch-up runs that started before this go.
     pub log_before: i64,
+    /// Hourly counters of hours that started before this go.
+    pub counters_before: i64,
 }
 
 impl Cutoffs {
@@ -98,6 +106,7 @@ impl Cutoffs {
             body_before: now_ms - i64::from(body_days) * DAY_MS,
             key_before,
             log_before: key_before.min(now_ms - LOG_FLOOR_DAYS * DAY_MS),
+            counters_before: now_ms - super::counters::KEEP_DAYS * DAY_MS,
         }
     }
 }
@@ -128,6 +137,7 @@ pub fn candidates(
         Prune::CatchupRuns => format!(
             "SELECT id FROM catchup_runs WHERE id > ?1 AND {RUN_EXPIRED} ORDER BY id LIMIT ?3"
         ),
+        Prune::Counters => return Ok(Vec::new()),
     };
     conn.prepare_cached(&sql)?
         .query_map(params![after_id, before, limit as i64], |r| r.get(0))?
@@ -189,6 +199,7 @@ pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
                 }
             }
         }
+        Prune::Counters => pruned.rows = super::counters::trim(conn, batch.before)?,
     }
     Ok(pruned)
 }
@@ -199,6 +210,7 @@ pub struct RetentionReport {
     pub rows_deleted: usize,
     pub bodies_dropped: usize,
     pub catchup_runs_deleted: usize,
+    pub counter_hours_deleted: usize,
 }
 
 /// One retention run: deletes expired rows, then drops expired bodies,
@@ -231,8 +243,19 @@ pub async fn run_once(
                 Prune::Rows => report.rows_deleted += n,
                 Prune::Bodies => report.bodies_dropped += n,
                 Prune::CatchupRuns => report.catchup_runs_deleted += n,
+                Prune::Counters => report.counter_hours_deleted += n,
             }
         }
+    }
+    if !shutdown.is_cancelled() {
+        report.counter_hours_deleted += writer
+            .prune(PruneBatch {
+                what: Prune::Counters,
+                ids: Vec::new(),
+                before: cutoffs.counters_before,
+            })
+            .await
+            .context("trimming the hourly counters")?;
     }
     Ok(report)
 }

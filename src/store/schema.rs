@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -29,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0010_destination_pauses.sql"),
     include_str!("migrations/0011_search.sql"),
     include_str!("migrations/0012_rejections.sql"),
+    include_str!("migrations/0013_counters.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -315,6 +316,46 @@ mod tests {
         assert_eq!(
             count("SELECT count(*) FROM attempts WHERE destination = 'default'"),
             1
+        );
+    }
+
+    #[test]
+    fn version_11_counts_the_last_30_days_of_events_and_attempts_per_source_and_hour() {
+        let mut conn = at_version(10);
+        let now = crate::clock::now_ms();
+        let hour = crate::store::counters::hour_of(now) - 5 * crate::store::counters::HOUR_MS;
+        let old = now - 31 * 24 * crate::store::counters::HOUR_MS;
+        conn.execute_batch(&format!(
+            "INSERT INTO events (id, source, delivery_id, received_at, state)
+             VALUES (1, 's', 'a', {hour} + 1, 'delivered'), (2, 's', 'b', {hour} + 2, 'dead'),
+                    (3, 't', 'c', {hour} + 3, 'stored'), (4, 's', 'old', {old}, 'delivered');
+             INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome, destination)
+             VALUES (1, 1, {hour} + 10, 5, 'retry', 'x'), (1, 2, {hour} + 20, 5, 'delivered', 'x'),
+                    (1, 1, {hour} + 20, 5, 'delivered', 'y'),
+                    (2, 1, {hour} + 30, 5, 'retry', 'x'),
+                    -- ended in the next hour, counted there
+                    (2, 2, {hour} + 3599990, 20, 'dead', 'x'),
+                    (4, 1, {old}, 1, 'delivered', 'x');"
+        ))
+        .unwrap();
+        apply(&mut conn).unwrap();
+        let rows: Vec<(String, i64, i64, i64, i64)> = conn
+            .prepare("SELECT * FROM hourly_counts ORDER BY source, hour")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let next = hour + crate::store::counters::HOUR_MS;
+        assert_eq!(
+            rows,
+            [
+                ("s".into(), hour, 2, 2, 2),
+                ("s".into(), next, 0, 0, 1),
+                ("t".into(), hour, 1, 0, 0),
+            ]
         );
     }
 

@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::checkpoint::Nudge;
 use super::command::{Applied, Claims, WriteCmd};
+use super::counters::{self, Tally};
 use super::dispatch::{AttemptRecord, ClaimFrom, Lease};
 use super::error::StoreError;
 use super::models::{Inserted, NewEvent};
@@ -117,11 +118,17 @@ fn apply_group(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .context("beginning a transaction")?;
     let mut results = Vec::with_capacity(batch.len());
+    // What the group counts, and what the command running now counts: a
+    // command rolled back to its savepoint counts nothing.
+    let mut counted = Tally::default();
+    let mut counting = Tally::default();
     for cmd in batch {
         tx.prepare_cached("SAVEPOINT command")?.execute([])?;
-        match cmd.apply(&tx) {
+        counting.clear();
+        match cmd.apply(&tx, &mut counting) {
             Ok(applied) => {
                 tx.prepare_cached("RELEASE command")?.execute([])?;
+                counted.merge(&counting);
                 results.push(Ok(applied));
             }
             Err(e) if tx.is_autocommit() => {
@@ -134,6 +141,9 @@ fn apply_group(
             }
         }
     }
+    if !counted.is_empty() {
+        flush_counters(&tx, &counted)?;
+    }
     tx.commit().context("committing")?;
     Ok(results)
 }
@@ -141,6 +151,28 @@ fn apply_group(
 /// Longest refused requests wait for an idle writer before a chunk of
 /// them is flushed after each group anyway.
 pub const MAX_FLUSH_DEFER: Duration = Duration::from_secs(2);
+
+/// Writes the group's counters under a savepoint of their own: counters
+/// that cannot be written are lost (and logged), never the events and
+/// outcomes they count. `Err` only when SQLite rolled back the whole
+/// transaction meanwhile.
+fn flush_counters(tx: &rusqlite::Transaction, counted: &Tally) -> anyhow::Result<()> {
+    tx.prepare_cached("SAVEPOINT counters")?.execute([])?;
+    match counters::flush(tx, counted) {
+        Ok(()) => {
+            tx.prepare_cached("RELEASE counters")?.execute([])?;
+        }
+        Err(e) if tx.is_autocommit() => {
+            return Err(e.context("SQLite rolled back the whole transaction"));
+        }
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "the hourly counters of a group were not written; the charts miss them");
+            tx.prepare_cached("ROLLBACK TO counters")?.execute([])?;
+            tx.prepare_cached("RELEASE counters")?.execute([])?;
+        }
+    }
+    Ok(())
+}
 
 /// While commits keep failing, the failure is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -880,6 +912,19 @@ mod tests {
             .unwrap();
         assert_eq!(stored, ["a", "b"]);
         assert!(conn.is_autocommit(), "the transaction ended");
+        // The counters count what committed: the rolled-back insert and
+        // the duplicate of a later group do not count.
+        let received = |conn: &Connection| -> i64 {
+            conn.query_row(
+                "SELECT received FROM hourly_counts WHERE source = 's' AND hour = 0",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(received(&conn), 2);
+        apply_group(&mut conn, &[insert("a").0, insert("c").0]).unwrap();
+        assert_eq!(received(&conn), 3);
     }
 
     #[test]
@@ -902,5 +947,9 @@ mod tests {
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n, 0, "nothing of the group is kept, nor auto-committed");
+        let counted: i64 = conn
+            .query_row("SELECT count(*) FROM hourly_counts", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(counted, 0, "nor counted");
     }
 }

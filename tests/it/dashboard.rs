@@ -3,7 +3,7 @@
 //! and that a session never opens `/api`. `dashboard/browser.rs` does the
 //! same things in headless Chromium.
 
-pub(crate) mod browser;
+pub mod browser;
 
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
 use reqwest::redirect::Policy;
@@ -48,12 +48,12 @@ fn client() -> reqwest::Client {
 }
 
 /// A logged-in session: its cookie header and CSRF token.
-struct Login {
-    cookie: String,
-    csrf: String,
+pub struct Login {
+    pub cookie: String,
+    pub csrf: String,
 }
 
-async fn login(app: &TestApp) -> Login {
+pub async fn login(app: &TestApp) -> Login {
     let r = client()
         .post(app.admin_url("/login"))
         .form(&[("token", ADMIN_TOKEN)])
@@ -74,7 +74,7 @@ fn csrf_of(page: &str) -> String {
 }
 
 /// The HTML of `path`, which must answer 200.
-async fn get(app: &TestApp, path: &str, cookie: &str) -> String {
+pub async fn get(app: &TestApp, path: &str, cookie: &str) -> String {
     let r = client()
         .get(app.admin_url(path))
         .header("cookie", cookie)
@@ -104,7 +104,14 @@ fn assert_security_headers(h: &HeaderMap) {
 async fn every_page_redirects_to_login_without_a_session() {
     let app = TestApp::spawn(GITHUB_SOURCE).await;
     let c = client();
-    for path in ["/", "/events", "/events/1", "/dead", "/catch-up"] {
+    for path in [
+        "/",
+        "/events",
+        "/events/1",
+        "/events/1/raw",
+        "/dead",
+        "/catch-up",
+    ] {
         for cookie in ["", "hookbox_session=0123456789abcdef"] {
             let r = c
                 .get(app.admin_url(path))

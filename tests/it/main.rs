@@ -4,6 +4,7 @@ mod alerts;
 mod backup;
 mod book;
 mod catchup;
+mod charts;
 mod cli;
 mod clock_jumps;
 mod command_args;

@@ -1,4 +1,5 @@
-//! One event's page (`GET /events/{id}`) and the replay actions
+//! One event's page (`GET /events/{id}`: a JSON body indented, the raw
+//! bytes at `GET /events/{id}/raw`) and the replay actions
 //! (`POST /events/{id}/replay`, `POST /replay`), which go through the
 //! same functions as the API's replay, and so through the writer.
 //!
@@ -8,13 +9,14 @@
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
 use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::pages::{MAX_EXCERPT, parse_query, replay_button};
+use super::pretty::pretty_json;
 use super::session::{Session, check_post};
 use super::view::{self, excerpt, link, opt_time, state, time};
 use super::{Dashboard, PageError};
@@ -142,10 +144,18 @@ pub(super) async fn detail(
             None => p { "Dropped by retention (retention.body_days); the event can no longer be replayed." },
             Some(bytes) => @match std::str::from_utf8(bytes) {
                 Ok(text) => {
-                    p { (d.content_type.as_deref().unwrap_or("no content type")) ", " (bytes.len()) " bytes" }
-                    pre { (text) }
+                    @let pretty = pretty_json(text);
+                    p {
+                        (d.content_type.as_deref().unwrap_or("no content type")) ", " (bytes.len()) " bytes"
+                        @if pretty.is_some() { ", JSON shown indented" }
+                        " · " a.raw href={ "/events/" (id) "/raw" } { "raw bytes, exactly as received" }
+                    }
+                    pre.body { (pretty.as_deref().unwrap_or(text)) }
                 },
-                Err(_) => p { "binary, " (bytes.len()) " bytes" },
+                Err(_) => p {
+                    "binary, " (bytes.len()) " bytes · "
+                    a.raw href={ "/events/" (id) "/raw" } { "download the raw bytes" }
+                },
             },
         }
         h2 { "Attempts" }
@@ -174,6 +184,38 @@ pub(super) async fn detail(
         notice,
         content,
     ))
+}
+
+/// `GET /events/{id}/raw`: the body's bytes exactly as received: as
+/// plain text when UTF-8 (the security headers' `nosniff` keeps a browser
+/// from reading it as anything else), else as a download.
+pub(super) async fn raw(
+    State(st): State<Dashboard>,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let id = parse_id(&id)?;
+    let body = st
+        .admin
+        .store
+        .read(move |c| queries::event_body(c, id))
+        .await?
+        .ok_or(ApiError::NotFound("unknown_event"))?
+        .ok_or(ApiError::NotFound("body_dropped"))?;
+    let headers = if std::str::from_utf8(&body).is_ok() {
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+            (header::CONTENT_DISPOSITION, "inline".to_owned()),
+        ]
+    } else {
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"event-{id}.bin\""),
+            ),
+        ]
+    };
+    Ok((headers, body).into_response())
 }
 
 fn parse_id(id: &str) -> Result<i64, ApiError> {

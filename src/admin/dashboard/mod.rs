@@ -1,7 +1,10 @@
 //! The dashboard: server-rendered HTML pages on the admin listener.
 //!
-//! `GET /` (the counts `/api/stats` gives), `/events` (the inbox, with the
-//! API's filters and cursor), `/events/{id}` (headers, body, attempts),
+//! `GET /` (the counts `/api/stats` gives, and per source the traffic
+//! charts: inline SVG from the writer's hourly counters, `traffic.rs` and
+//! `chart.rs`), `/events` (the inbox, with the API's filters and cursor),
+//! `/events/{id}` (headers, body pretty-printed when JSON, attempts),
+//! `/events/{id}/raw` (the body's bytes as received),
 //! `/dead` (dead letters, a replay button each and "replay all dead"),
 //! `/catch-up` (recent runs), `/rejections` (refused requests, explained);
 //! `POST /events/{id}/replay`, `POST /replay`.
@@ -20,11 +23,14 @@
 //! redirect to `/login`). A session never opens `/api`, which keeps
 //! requiring the bearer token.
 
+mod chart;
 mod destination;
 mod event;
 mod pages;
+mod pretty;
 mod rejections;
 mod session;
+mod traffic;
 mod view;
 
 use std::sync::LazyLock;
@@ -64,6 +70,7 @@ pub(super) fn router(admin: AdminState, token: TokenDigest) -> Router {
         .route("/", get(pages::overview))
         .route("/events", get(pages::inbox))
         .route("/events/{id}", get(event::detail))
+        .route("/events/{id}/raw", get(event::raw))
         .route("/events/{id}/replay", post(event::replay_one))
         .route("/dead", get(pages::dead))
         .route("/replay", post(event::replay_dead))
@@ -99,6 +106,7 @@ code,pre{font:12px/1.4 ui-monospace,monospace}pre{background:#fff;border:1px sol
 form.inline{display:inline}form.filters{display:flex;gap:.6rem;align-items:end;flex-wrap:wrap}\
 .paused{color:#8a4b00}\
 form.search{display:flex;gap:.6rem;align-items:end;margin-bottom:.8rem}form.search input{min-width:24rem;font-size:14px}\
+.charts{display:flex;flex-wrap:wrap;gap:1rem}.chart{background:#fff;border:1px solid #dde1e8;max-width:100%;height:auto}.quiet{font-weight:normal;color:#5b6474}\
 label{display:flex;flex-direction:column;font-size:12px}button{cursor:pointer}";
 
 /// `Content-Security-Policy`: nothing but this page's own style sheet,

@@ -10,16 +10,19 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::session::Session;
+use super::traffic;
 use super::view::{self, csrf_field, excerpt, link, opt_time, state, time};
 use super::{Dashboard, PageError};
 use crate::admin::DEFAULT_LIMIT;
 use crate::error::ApiError;
+use crate::store::counters;
 use crate::store::queries::{self, DELIVERY_STATES, EventFilter, EventPage, EventSummary, STATES};
 
 /// Longest error excerpt in a table cell.
 pub(super) const MAX_EXCERPT: usize = 120;
 
-/// `GET /`: the counts `/api/stats` gives, and each job's last catch-up run.
+/// `GET /`: the counts `/api/stats` gives, each source's traffic charts,
+/// and each job's last catch-up run.
 pub(super) async fn overview(
     State(st): State<Dashboard>,
     Extension(session): Extension<Session>,
@@ -31,7 +34,22 @@ pub(super) async fn overview(
         last_runs,
     } = crate::admin::stats::overview(&st.admin).await?;
     let age = |a: Option<f64>| a.map(|a| format!("{a:.0} s")).unwrap_or_else(|| "-".into());
+    // Read on this thread: the read below runs on another.
     let now = crate::clock::now_ms();
+    let since = traffic::since(now);
+    let counts = st
+        .admin
+        .store
+        .read(move |c| counters::since(c, since))
+        .await?;
+    let configured: Vec<String> = st
+        .admin
+        .config
+        .sources
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
+    let traffic = traffic::bucket(now, &counts, &configured);
     let content = html! {
         table {
             tr { th { "Source" } @for s in STATES { th { (s) } } th { "Oldest pending" } }
@@ -80,6 +98,7 @@ pub(super) async fn overview(
             }
         }
         p { "Events count once per source; the rows marked ↳ count each destination's deliveries." }
+        (traffic::section(&traffic, &configured))
         h2 { "Last catch-up run of each job" }
         (runs_table(&last_runs))
     };

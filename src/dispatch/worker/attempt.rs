@@ -62,6 +62,7 @@ impl Dispatcher {
             let record = AttemptRecord {
                 lease,
                 event_id: job.event_id,
+                source: job.source.clone(),
                 destination: job.destination.clone(),
                 attempt: job.attempt,
                 started_at,

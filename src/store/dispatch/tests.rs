@@ -127,6 +127,7 @@ fn events_sharing_a_key_go_one_at_a_time_in_arrival_order() {
     let retry = AttemptRecord {
         lease: lease_of(&conn, a1),
         event_id: a1,
+        source: "s".into(),
         destination: DEST.into(),
         attempt: 1,
         started_at: 100,
@@ -203,6 +204,7 @@ fn settle(conn: &Connection, id: i64, attempt: u32, settled: Settled, now: i64) 
     let r = AttemptRecord {
         lease: lease_of(conn, id),
         event_id: id,
+        source: "s".into(),
         destination: DEST.into(),
         attempt,
         started_at: now,
@@ -351,6 +353,7 @@ fn an_expired_lease_makes_the_event_due_again_and_replay_resets_it() {
     let dead = AttemptRecord {
         lease: lease_of(&conn, id),
         event_id: id,
+        source: "s".into(),
         destination: DEST.into(),
         attempt: 2,
         started_at: 50,
@@ -420,6 +423,7 @@ fn outcome(id: i64, lease: Lease, attempt: u32, settled: Settled) -> AttemptReco
     AttemptRecord {
         lease,
         event_id: id,
+        source: "s".into(),
         destination: DEST.into(),
         attempt,
         started_at: 0,

@@ -324,6 +324,15 @@ pub struct AttemptRow {
     pub error: Option<String>,
 }
 
+/// The body of event `id`: `None` if there is no such event, `Some(None)`
+/// once retention dropped it.
+pub fn event_body(conn: &Connection, id: i64) -> anyhow::Result<Option<Option<Vec<u8>>>> {
+    conn.prepare_cached("SELECT body FROM events WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()
+        .context("reading an event's body")
+}
+
 /// The event `id` with its deliveries and attempts (oldest first); `None`
 /// if there is none.
 pub fn event_detail(conn: &Connection, id: i64) -> anyhow::Result<Option<EventDetail>> {

@@ -116,7 +116,7 @@ pub(crate) async fn connect(driver: &Driver) -> Client {
         .expect("a WebDriver session in Chromium")
 }
 
-fn screenshot_path(name: &str) -> PathBuf {
+pub fn screenshot_path(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(format!("dashboard-{name}.png"))
@@ -308,9 +308,10 @@ async fn in_chromium_a_person_logs_in_replays_a_dead_letter_and_sees_scripts_as_
         .await
         .unwrap();
     assert!(browser.get_alert_text().await.is_err(), "an alert fired");
+    // A JSON body is shown indented.
     assert_eq!(
         text_of(&browser, "pre").await,
-        format!(r#"{{"comment":"{SCRIPT}"}}"#)
+        format!("{{\n  \"comment\": \"{SCRIPT}\"\n}}")
     );
     assert!(text_of(&browser, "table").await.contains(SCRIPT));
     let scripts = browser
