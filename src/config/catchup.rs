@@ -274,28 +274,18 @@ fn github_target(
     if raw.private_key.is_some() {
         problems.push(format!("{at}.private_key: only with app_id"));
     }
-    let hook_id = match raw.hook_id {
-        Some(id) if id > 0 => Some(id),
-        Some(_) => {
-            problems.push(format!("{at}.hook_id: must be a positive number"));
-            None
-        }
-        None => {
-            problems.push(format!(
-                "{at}.hook_id: needed with repo or org (the number in the hook's settings URL)"
-            ));
-            None
-        }
-    };
-    let token = match &raw.token {
-        Some(reference) => resolve(reference, &format!("{at}.token"), problems),
-        None => {
-            problems.push(format!(
-                "{at}.token: needed with repo or org (a token allowed to read and redeliver the hook's deliveries)"
-            ));
-            None
-        }
-    };
+    let hook_id = hook_id(
+        raw.hook_id,
+        at,
+        "with repo or org (the number in the hook's settings URL)",
+        problems,
+    );
+    let token = token(
+        raw.token.as_deref(),
+        at,
+        "with repo or org (a token allowed to read and redeliver the hook's deliveries)",
+        problems,
+    );
     if let Some(repo) = &raw.repo {
         let ok = repo
             .split_once('/')
@@ -340,6 +330,33 @@ pub fn validate_stripe(
         overlap: raw.overlap,
         api_url: api_url.expect("no problems means the URL is valid"),
     })
+}
+
+/// A redelivery job's `hook_id`: needed, and positive; `hint` says where
+/// the user finds it.
+fn hook_id(raw: Option<i64>, at: &str, hint: &str, problems: &mut Vec<String>) -> Option<i64> {
+    match raw {
+        Some(id) if id > 0 => Some(id),
+        Some(_) => {
+            problems.push(format!("{at}.hook_id: must be a positive number"));
+            None
+        }
+        None => {
+            problems.push(format!("{at}.hook_id: needed {hint}"));
+            None
+        }
+    }
+}
+
+/// A redelivery job's `token`, resolved; `hint` says which token it takes.
+fn token(raw: Option<&str>, at: &str, hint: &str, problems: &mut Vec<String>) -> Option<Secret> {
+    match raw {
+        Some(reference) => resolve(reference, &format!("{at}.token"), problems),
+        None => {
+            problems.push(format!("{at}.token: needed {hint}"));
+            None
+        }
+    }
 }
 
 fn resolve(reference: &str, at: &str, problems: &mut Vec<String>) -> Option<Secret> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{check_api_url, hour, resolve, ten_minutes};
+use super::{check_api_url, hook_id, hour, ten_minutes, token};
 use crate::config::{Secret, duration, limits, secret};
 
 pub const GITLAB_API: &str = "https://gitlab.com/api/v4";
@@ -139,28 +139,18 @@ pub fn validate(
             None
         }
     };
-    let hook_id = match raw.hook_id {
-        Some(id) if id > 0 => Some(id),
-        Some(_) => {
-            problems.push(format!("{at}.hook_id: must be a positive number"));
-            None
-        }
-        None => {
-            problems.push(format!(
-                "{at}.hook_id: needed (the number in the hook's edit URL, or from GET /projects/:id/hooks)"
-            ));
-            None
-        }
-    };
-    let token = match &raw.token {
-        Some(reference) => resolve(reference, &format!("{at}.token"), problems),
-        None => {
-            problems.push(format!(
-                "{at}.token: needed (a token with the api scope, of a Maintainer of the project or an Owner of the group)"
-            ));
-            None
-        }
-    };
+    let hook_id = hook_id(
+        raw.hook_id,
+        at,
+        "(the number in the hook's edit URL, or from GET /projects/:id/hooks)",
+        problems,
+    );
+    let token = token(
+        raw.token.as_deref(),
+        at,
+        "(a token with the api scope, of a Maintainer of the project or an Owner of the group)",
+        problems,
+    );
     limits::GITLAB_INTERVAL.check(at, raw.interval, problems);
     limits::GITLAB_OVERLAP.check(at, raw.overlap, problems);
     limits::GITLAB_RESEND_LIMIT.check(at, raw.resend_limit, problems);
