@@ -35,7 +35,7 @@ CREATE INDEX events_dead ON events (source) WHERE state = 'dead';
 
 -- One row per (event, destination that takes it), since version 9: the
 -- state of dispatch. An event's own `state` is derived from its rows
--- (store/dispatch.rs); an event without any is `stored`.
+-- (store/deliveries.rs); an event without any is `stored`.
 CREATE TABLE deliveries (
     id              INTEGER PRIMARY KEY,
     event_id        INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,

@@ -13,6 +13,7 @@
 //! write only through the writer ([`WriterHandle::replay`]); none holds SQL.
 //! Errors are [`ApiError`]s: `{"error": reason, "detail": ...}`.
 
+pub mod catchup;
 pub mod dashboard;
 pub mod destinations;
 pub mod events;
@@ -127,9 +128,12 @@ pub fn router(state: AdminState, token: &Secret) -> Router {
             "/api/destinations/{source}/{name}/resume",
             post(destinations::resume),
         )
-        .route("/api/catch-up", get(stats::catch_up_runs))
+        .route("/api/catch-up", get(catchup::catch_up_runs))
         .route("/api/rejections", get(rejections::list))
-        .route("/api/sources/{name}/catch-up", post(stats::start_catch_up))
+        .route(
+            "/api/sources/{name}/catch-up",
+            post(catchup::start_catch_up),
+        )
         .route("/metrics", get(metrics::metrics))
         .route_layer(middleware::from_fn_with_state(expected, require_token))
         .fallback(not_found)

@@ -1,6 +1,6 @@
 //! Where a catch-up run reads and writes: through the server's writer and
 //! read pool, or through the CLI's own connection. Either way the SQL is
-//! `crate::store::catchup`'s; this only routes it.
+//! `crate::store::jobs`'s; this only routes it.
 
 use std::sync::{Arc, Mutex};
 
@@ -8,7 +8,7 @@ use anyhow::Context;
 use rusqlite::Connection;
 use tokio::sync::Notify;
 
-use crate::store::catchup::{self, Done, Op};
+use crate::store::jobs::{self, Done, Op};
 use crate::store::models::{Inserted, NewEvent};
 use crate::store::{Store, WriterHandle};
 
@@ -42,7 +42,7 @@ impl Db {
                 let mut conn = conn
                     .lock()
                     .map_err(|_| anyhow::anyhow!("the database connection was poisoned"))?;
-                catchup::apply_alone(&mut conn, &op)
+                jobs::apply_alone(&mut conn, &op)
             }
         }
     }
@@ -73,7 +73,7 @@ impl Db {
                 let mut conn = conn
                     .lock()
                     .map_err(|_| anyhow::anyhow!("the database connection was poisoned"))?;
-                catchup::insert_alone(&mut conn, &event)
+                jobs::insert_alone(&mut conn, &event)
             }
         }
     }

@@ -35,7 +35,7 @@ use tracing::Instrument;
 
 use crate::clock;
 use crate::config::{Config, GithubRedeliveryConfig, GitlabRedeliveryConfig, StripeBackfillConfig};
-use crate::store::catchup::{self as sql, Done, Op, RunCounts};
+use crate::store::jobs::{self, Done, Op, RunCounts};
 use crate::store::{Store, WriterHandle};
 pub use db::Db;
 pub use report::{RateLimited, Request, RunReport, Skipped};
@@ -271,7 +271,7 @@ async fn release_if_holder_died(runner: &Runner, job: &Job) {
     let read = name.clone();
     let current = runner
         .db
-        .read(move |conn| sql::lock_holder(conn, &read))
+        .read(move |conn| jobs::lock_holder(conn, &read))
         .await;
     let Ok(Some(stale)) = current else {
         return;
@@ -411,7 +411,7 @@ async fn schedule(
     let (source, name) = (job.source.clone(), job.name());
     let last = runner
         .db
-        .read(move |conn| sql::last_success(conn, &source, name))
+        .read(move |conn| jobs::last_success(conn, &source, name))
         .await;
     let now = clock::now_ms();
     let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX);

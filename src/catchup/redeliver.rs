@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::{RateLimited, Request, RunCtx};
 use crate::clock;
-use crate::store::catchup::{self as sql, Op, RequestRecord};
+use crate::store::jobs::{self, Op, RequestRecord};
 
 /// One delivery attempt of an event, as a provider lists it.
 #[derive(Debug, Clone)]
@@ -55,7 +55,7 @@ pub async fn window_start(
     let last = ctx
         .runner
         .db
-        .read(move |conn| sql::last_success(conn, &source, job))
+        .read(move |conn| jobs::last_success(conn, &source, job))
         .await?;
     let start = last
         .map(|at| at.saturating_sub(millis(overlap)))
@@ -118,8 +118,8 @@ pub async fn choose(
         .db
         .read(move |conn| {
             Ok((
-                sql::held(conn, &source, &keys)?,
-                sql::prior_requests(conn, &source, &keys, since)?,
+                jobs::held(conn, &source, &keys)?,
+                jobs::prior_requests(conn, &source, &keys, since)?,
             ))
         })
         .await?;

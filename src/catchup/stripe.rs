@@ -28,7 +28,7 @@ use crate::clock;
 use crate::config::StripeBackfillConfig;
 use crate::receive::payload::{Identified, Inbound};
 use crate::route::Body;
-use crate::store::catchup as sql;
+use crate::store::jobs;
 use crate::store::models::{Inserted, NewEvent, Origin};
 
 /// How far back Stripe lists events.
@@ -61,8 +61,8 @@ pub async fn run(ctx: &mut RunCtx<'_>, cfg: &StripeBackfillConfig) -> anyhow::Re
         .db
         .read(move |conn| {
             Ok((
-                sql::newest_event_time(conn, &source)?,
-                sql::last_success(conn, &source, super::STRIPE_JOB)?,
+                jobs::newest_event_time(conn, &source)?,
+                jobs::last_success(conn, &source, super::STRIPE_JOB)?,
             ))
         })
         .await?;
@@ -149,7 +149,7 @@ async fn list(
         let held = ctx
             .runner
             .db
-            .read(move |conn| sql::held(conn, &source, &ids))
+            .read(move |conn| jobs::held(conn, &source, &ids))
             .await?;
         ctx.report.skipped.held += held.len() as u32;
         missing.extend(

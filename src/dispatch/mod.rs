@@ -10,7 +10,7 @@
 //!
 //! The loop that claims due events and runs these attempts within each
 //! source's concurrency limit is [`worker`]; claiming, per-key ordering,
-//! settling and replay are SQL, in `crate::store::dispatch`.
+//! settling and replay are SQL, in `crate::store::deliveries`.
 
 pub mod argv;
 pub mod backoff;

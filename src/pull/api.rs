@@ -20,7 +20,7 @@ use crate::clock;
 use crate::dispatch::{backoff, excerpt};
 use crate::error::ApiError;
 use crate::store::StoreError;
-use crate::store::dispatch::{self, ClaimFrom, Claimed, Lease, Settled};
+use crate::store::deliveries::{self, ClaimFrom, Claimed, Lease, Settled};
 
 /// Most deliveries one take hands out.
 pub const MAX_TAKE: usize = 100;
@@ -352,7 +352,7 @@ async fn answer(
         .store
         .read(move |conn| {
             ids.iter()
-                .map(|id| dispatch::body(conn, *id))
+                .map(|id| deliveries::body(conn, *id))
                 .collect::<anyhow::Result<Vec<_>>>()
         })
         .await;

@@ -9,12 +9,12 @@
 use rusqlite::Transaction;
 use tokio::sync::oneshot;
 
-use super::catchup::{self as catchup_sql, Done as CatchupDone, Op as CatchupOp};
 use super::counters::{Count, Tally};
-use super::dispatch::{self, AttemptRecord, ClaimFrom, Claimed, Lease};
+use super::deliveries::{self, AttemptRecord, ClaimFrom, Claimed, Lease};
 use super::error::StoreError;
 use super::ingest;
 use super::ip_sets::{self, CachedSet};
+use super::jobs::{self, Done as CatchupDone, Op as CatchupOp};
 use super::models::{Inserted, NewEvent};
 use super::pauses::{self, PauseOp};
 use super::recent::RecentKeys;
@@ -75,7 +75,7 @@ pub enum WriteCmd {
     /// `settle` (attempt number → outcome); answers which were.
     Settle {
         leases: Vec<Lease>,
-        settle: std::sync::Arc<dyn Fn(u32) -> dispatch::Settled + Send + Sync>,
+        settle: std::sync::Arc<dyn Fn(u32) -> deliveries::Settled + Send + Sync>,
         error: Option<String>,
         now: i64,
         reply: oneshot::Sender<Result<Vec<bool>, StoreError>>,
@@ -143,7 +143,7 @@ impl WriteCmd {
                 }
                 Applied::Inserted(inserted)
             }
-            WriteCmd::Catchup { op, .. } => Applied::Catchup(catchup_sql::apply(tx, op)?),
+            WriteCmd::Catchup { op, .. } => Applied::Catchup(jobs::apply(tx, op)?),
             WriteCmd::Ping { .. } => {
                 ingest::heartbeat(tx)?;
                 Applied::Done
@@ -156,29 +156,29 @@ impl WriteCmd {
                 renew,
                 ..
             } => {
-                dispatch::renew(tx, renew, *now, *lease_until)?;
+                deliveries::renew(tx, renew, *now, *lease_until)?;
                 let mut claims = Claims::default();
                 for from in lanes {
                     let (source, destination) = (from.source.as_str(), from.destination.as_str());
-                    dispatch::clamp_retries(tx, source, destination, *now, from.max_delay_ms)?;
+                    deliveries::clamp_retries(tx, source, destination, *now, from.max_delay_ms)?;
                     if *clock_went_back {
-                        dispatch::clamp_leases(tx, source, destination, *lease_until)?;
+                        deliveries::clamp_leases(tx, source, destination, *lease_until)?;
                     }
                     if from.limit > 0 {
                         claims
                             .jobs
-                            .extend(dispatch::claim(tx, from, *now, *lease_until)?);
+                            .extend(deliveries::claim(tx, from, *now, *lease_until)?);
                     }
                     let due = earliest(
-                        dispatch::next_due(tx, source, destination, *now)?,
-                        dispatch::next_lease_end(tx, source, destination)?,
+                        deliveries::next_due(tx, source, destination, *now)?,
+                        deliveries::next_lease_end(tx, source, destination)?,
                     );
                     claims.next_due = earliest(claims.next_due, due);
                 }
                 Applied::Claimed(claims)
             }
             WriteCmd::Record { record, now } => {
-                dispatch::record(tx, record, *now)?;
+                deliveries::record(tx, record, *now)?;
                 tally.attempt(record);
                 Applied::Done
             }
@@ -188,11 +188,11 @@ impl WriteCmd {
                 now,
                 ..
             } => {
-                dispatch::make_due(tx, source, destination, *now)?;
+                deliveries::make_due(tx, source, destination, *now)?;
                 Applied::Done
             }
             WriteCmd::Release { leases, .. } => {
-                dispatch::release(tx, leases)?;
+                deliveries::release(tx, leases)?;
                 Applied::Done
             }
             WriteCmd::Settle {
@@ -205,7 +205,7 @@ impl WriteCmd {
                 leases
                     .iter()
                     .map(|l| {
-                        dispatch::settle_lease(
+                        deliveries::settle_lease(
                             tx,
                             *l,
                             *now,

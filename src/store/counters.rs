@@ -23,7 +23,7 @@
 use anyhow::Context;
 use rusqlite::{Connection, params};
 
-use super::dispatch::{AttemptRecord, Settled};
+use super::deliveries::{AttemptRecord, Settled};
 
 pub const HOUR_MS: i64 = 60 * 60 * 1000;
 

@@ -45,7 +45,7 @@ pub fn insert(tx: &Transaction, e: &NewEvent) -> anyhow::Result<Inserted> {
 
 /// One pending delivery of event `id` per destination that took it. One
 /// behind a pending delivery of its key in the same lane is held, not
-/// scheduled (see `super::dispatch`): it becomes due when it is its key's
+/// scheduled (see `super::deliveries`): it becomes due when it is its key's
 /// oldest there.
 fn add_deliveries(tx: &Transaction, id: i64, e: &NewEvent) -> anyhow::Result<()> {
     let mut insert = tx.prepare_cached(

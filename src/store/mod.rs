@@ -7,14 +7,14 @@
 //! writes never meet `SQLITE_BUSY` and inserts can be committed in groups.
 
 pub mod backup;
-pub mod catchup;
 pub mod checkpoint;
 pub mod command;
 pub mod counters;
-pub mod dispatch;
+pub mod deliveries;
 mod error;
 mod ingest;
 pub mod ip_sets;
+pub mod jobs;
 pub mod listing;
 pub mod lock;
 pub mod models;
@@ -80,7 +80,7 @@ pub fn open(
 ) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
     let conn = open_writer_connection(path)?;
     let indexer = search::Indexer::open(&conn, search)?;
-    let released = dispatch::release_all(&conn)?;
+    let released = deliveries::release_all(&conn)?;
     if released > 0 {
         tracing::info!(
             events = released,

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use anyhow::Context;
 use rusqlite::{Connection, params};
 
-use super::dispatch;
+use super::deliveries;
 use crate::route::{Body, Filter};
 
 /// What replay should pick up.
@@ -65,7 +65,7 @@ pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Res
             .context("holding replayed deliveries behind their key")?;
     }
     for id in &touched.events {
-        dispatch::derive_event_state(conn, *id, now)?;
+        deliveries::derive_event_state(conn, *id, now)?;
     }
     Ok(touched.deliveries)
 }

@@ -44,7 +44,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::checkpoint::Nudge;
 use super::command::{Applied, Claims, WriteCmd};
 use super::counters::{self, Tally};
-use super::dispatch::{AttemptRecord, ClaimFrom, Lease};
+use super::deliveries::{AttemptRecord, ClaimFrom, Lease};
 use super::error::StoreError;
 use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
@@ -283,10 +283,7 @@ impl WriterHandle {
 
     /// A catch-up job's write, answered once durable. Waits for room in
     /// the queue: the job is in no hurry, and ingest comes first.
-    pub async fn catchup(
-        &self,
-        op: super::catchup::Op,
-    ) -> Result<super::catchup::Done, StoreError> {
+    pub async fn catchup(&self, op: super::jobs::Op) -> Result<super::jobs::Done, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(WriteCmd::Catchup { op, reply })
@@ -332,7 +329,7 @@ impl WriterHandle {
     pub async fn settle(
         &self,
         leases: Vec<Lease>,
-        settle: std::sync::Arc<dyn Fn(u32) -> super::dispatch::Settled + Send + Sync>,
+        settle: std::sync::Arc<dyn Fn(u32) -> super::deliveries::Settled + Send + Sync>,
         error: Option<String>,
         now: i64,
     ) -> Result<Vec<bool>, StoreError> {

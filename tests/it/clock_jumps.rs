@@ -5,7 +5,7 @@
 //! every stored time by `-J` is, to what the server reads from the
 //! database, the same as its clock jumping forward by `J` (and `+J` the
 //! same as a jump back). The signature tolerance under clock skew is in
-//! `faults.rs`; a late result of an old claim is `store::dispatch`'s
+//! `faults.rs`; a late result of an old claim is `store::deliveries`'s
 //! unit tests.
 
 use std::path::Path;

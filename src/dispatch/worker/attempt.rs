@@ -7,7 +7,7 @@ use crate::clock;
 use crate::dispatch::breaker::Verdict;
 use crate::dispatch::{Attempt, Deliverer, Job, Outcome, backoff};
 use crate::metrics::AttemptOutcome;
-use crate::store::dispatch::{self, AttemptRecord, Claimed, Settled};
+use crate::store::deliveries::{self, AttemptRecord, Claimed, Settled};
 use crate::store::{Store, WriterHandle};
 
 impl Dispatcher {
@@ -104,7 +104,7 @@ async fn run(
     deliverer: &Deliverer,
 ) -> Option<(Job, Attempt)> {
     let id = claimed.event_id;
-    let body = store.read(move |conn| dispatch::body(conn, id)).await;
+    let body = store.read(move |conn| deliveries::body(conn, id)).await;
     match body {
         Ok(Some(body)) => {
             let mut job = job(claimed, source, destination, body);

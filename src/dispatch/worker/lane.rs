@@ -10,7 +10,7 @@ use crate::config::DeliverConfig;
 use crate::dispatch::Deliverer;
 use crate::dispatch::breaker::Breaker;
 use crate::metrics::LaneMetrics;
-use crate::store::dispatch::{ClaimFrom, Claimed};
+use crate::store::deliveries::{ClaimFrom, Claimed};
 
 /// One destination of one source, its claimed-but-not-started deliveries,
 /// and how busy it is.

@@ -56,7 +56,7 @@ use crate::clock;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::command::Claims;
-use crate::store::dispatch::{ClaimFrom, Claimed, Lease};
+use crate::store::deliveries::{ClaimFrom, Claimed, Lease};
 use crate::store::pauses::PauseOp;
 use crate::store::{Store, StoreError, WriterHandle};
 

@@ -9,7 +9,7 @@ use crate::clock;
 use crate::dispatch::board::Status;
 use crate::dispatch::breaker::Change;
 use crate::store::WriterHandle;
-use crate::store::dispatch::Lease;
+use crate::store::deliveries::Lease;
 use crate::store::pauses::{Cause, Pause, PauseOp};
 
 impl Dispatcher {
