@@ -20,9 +20,13 @@
 //!    answered at once; anything else becomes a `WriteCmd` for the writer
 //!    thread (`store::writer`), the only connection that writes, which
 //!    commits whatever is queued as one group: the event and one delivery
-//!    row per destination. The syncer thread fsyncs the WAL and only then
-//!    answers the group, so a `2xx` means the event is on disk; the
-//!    checkpointer copies the WAL into the database file off that path.
+//!    row per destination, and the hour's traffic counters. The syncer
+//!    thread fsyncs the WAL and only then answers the group, so a `2xx`
+//!    means the event is on disk; the checkpointer copies the WAL into the
+//!    database file off that path. When the writer has nothing to do it
+//!    indexes new bodies for search (`store::search`) and records the
+//!    requests `/hooks/*` refused (`store::rejections`), which the receive
+//!    path only dropped into a bounded buffer.
 //!
 //! # After the answer
 //!
@@ -34,7 +38,7 @@
 //!   of pull destinations to consumers instead, and [`listen`] is such a
 //!   consumer (`hookbox listen`).
 //! * [`catchup`] asks providers for what they will not resend by
-//!   themselves: GitHub redelivery, Stripe backfill.
+//!   themselves: GitHub and GitLab redelivery, Stripe backfill.
 //! * [`maintenance`] runs retention and backup snapshots on their
 //!   intervals; [`alerts`] watches for dead deliveries, refusals, backlog,
 //!   storage and certificate trouble and tells a person.
