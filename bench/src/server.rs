@@ -632,6 +632,7 @@ mod tests {
             "127.0.0.1:1001".parse().unwrap(),
             Path::new("/tmp/x/hookbox.db"),
             "normal",
+            true,
         );
         assert!(toml.contains("listen = \"127.0.0.1:1000\""));
         assert!(toml.contains("admin_listen = \"127.0.0.1:1001\""));
@@ -647,6 +648,7 @@ mod tests {
             "127.0.0.1:1001".parse().unwrap(),
             Path::new("/tmp/x/hookbox.db"),
             "full",
+            true,
         );
         toml.push_str(&deliver_toml("http://127.0.0.1:9/hook", "whsec_AAAA"));
         assert!(toml.ends_with(
@@ -662,6 +664,7 @@ mod tests {
             "127.0.0.1:1001".parse().unwrap(),
             Path::new("/tmp/x/hookbox.db"),
             "full",
+            true,
         );
         let route = |name: &str, only| Route {
             name: name.to_owned(),
@@ -702,6 +705,7 @@ mod tests {
             "127.0.0.1:1001".parse().unwrap(),
             Path::new("/tmp/x/hookbox.db"),
             "full",
+            true,
         );
         toml.push_str(&deliver_toml("http://127.0.0.1:9/hook", "whsec_AAAA"));
         let config: toml::Table = toml.parse().unwrap();
@@ -717,6 +721,7 @@ mod tests {
             "127.0.0.1:1001".parse().unwrap(),
             Path::new("/tmp/x/hookbox.db"),
             "full",
+            true,
         );
         toml.push_str(&pull_toml(&Pull {
             name: "pull".to_owned(),
@@ -753,6 +758,7 @@ mod tests {
                 "127.0.0.1:1001".parse().unwrap(),
                 Path::new("/tmp/x/hookbox.db"),
                 "full",
+                true,
             )
         };
         let protected = |rate: Option<&str>, failures, probe: Option<&str>| Protected {
