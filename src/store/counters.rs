@@ -17,7 +17,7 @@
 //! group's tally is written with one UPSERT per (source, hour)
 //! ([`flush`]), so they commit with (and only with) what they count.
 //! Retention trims hours older than [`KEEP_DAYS`] ([`trim`]). The
-//! migration to version 11 filled them from the events and attempts the
+//! migration to version 13 filled them from the events and attempts the
 //! database held (the last 30 days).
 
 use anyhow::Context;
