@@ -14,6 +14,7 @@
 #   BASELINE=/path/to/old/hookbox SCENARIOS="new deliver" bench/run.sh
 #                                      # each run against that binary too, side by side
 #   SCENARIOS="outage outage_before" RUNS=3 bench/run.sh   # only them
+#   SCENARIOS="new wrk" bench/run.sh   # hookbox-loadgen and Debian's wrk on the same ingest
 #
 # Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
 # = false`: ingest without the full-text index, to compare; not in the
@@ -24,7 +25,10 @@
 # deliver, with two [[sources.deliver]] destinations: `a` takes every event,
 # `b` a filter that takes half; the delivery figures per destination),
 # deliver_idle (one delivery every 20 ms on one connection: receipt-to-
-# downstream when idle).
+# downstream when idle), wrk (new unique GitHub deliveries from Debian's
+# wrk instead of hookbox-loadgen, through bench/wrk.sh, so the two load
+# generators cross-check; in the default list when wrk is installed, right
+# after new; BASELINE is run beside it too).
 #
 # Pull scenarios (a `pull` destination on the source; opt-in with PULL=1,
 # or name them in SCENARIOS): pull_latency (one consumer long-polls with
@@ -63,7 +67,8 @@
 #
 # Environment: RUNS (3), DURATION seconds (10), WARMUP seconds (1),
 # CONNECTIONS (64), DURABILITY (full), DRAIN_TIMEOUT seconds (60),
-# SCENARIOS ("new dup90 deliver deliver2 deliver_idle"), PULL (0; 1 adds
+# SCENARIOS ("new wrk dup90 deliver deliver2 deliver_idle"; no wrk
+# when it is not installed), PULL (0; 1 adds
 # "pull_latency pull_listen pull_listen_ingest pull_idle"), PULL_EVENTS
 # (20000), PULL_POLLS (100), PULL_INGEST_RATE events/s (2000).
 # ATTACK=1 also runs hookbox-attack RUNS times (valid p50/p99 and the
@@ -95,7 +100,11 @@ WARMUP="${WARMUP:-1}"
 CONNECTIONS="${CONNECTIONS:-64}"
 DURABILITY="${DURABILITY:-full}"
 DRAIN_TIMEOUT="${DRAIN_TIMEOUT:-60}"
-SCENARIOS="${SCENARIOS:-new dup90 deliver deliver2 deliver_idle}"
+if command -v wrk >/dev/null; then
+    SCENARIOS="${SCENARIOS:-new wrk dup90 deliver deliver2 deliver_idle}"
+else
+    SCENARIOS="${SCENARIOS:-new dup90 deliver deliver2 deliver_idle}"
+fi
 PULL_EVENTS="${PULL_EVENTS:-20000}"
 PULL_POLLS="${PULL_POLLS:-100}"
 PULL_INGEST_RATE="${PULL_INGEST_RATE:-2000}"
@@ -135,6 +144,14 @@ results="$outdir/results-$(date +%Y%m%d-%H%M%S).jsonl"
 
 failed=0
 for scenario in $SCENARIOS; do
+    if [ "$scenario" = wrk ]; then
+        # Its own script prints every run and the medians, with its checks.
+        echo "== wrk"
+        RUNS="$RUNS" DURATION="$DURATION" CONNECTIONS="$CONNECTIONS" DURABILITY="$DURABILITY" \
+            bench/wrk.sh ${BASELINE:+"$BASELINE"} "$root/target/release/hookbox" || failed=1
+        echo
+        continue
+    fi
     extra=()
     case "$scenario" in
         new) dup=0 ;;
@@ -161,7 +178,7 @@ for scenario in $SCENARIOS; do
             else
                 extra=(--outage before "${outage[@]}")
             fi ;;
-        *) echo "unknown scenario: $scenario (use new, new_nosearch, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
+        *) echo "unknown scenario: $scenario (use new, new_nosearch, wrk, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
     esac
     runs="$RUNS"
     connections="$CONNECTIONS"

@@ -12,6 +12,7 @@
 #   bench/wrk.sh                         # target/release/hookbox, 3 runs
 #   bench/wrk.sh OLD_BINARY NEW_BINARY   # side by side, runs interleaved
 #   RUNS=5 DURATION=20 DURABILITY=normal bench/wrk.sh
+#   SEARCH=off bench/wrk.sh              # with [search] enabled = false
 #
 # Needs wrk (apt-get install wrk) and python3 (the signature and the row
 # count). Server and wrk share the machine's cores, as they would on a
@@ -23,6 +24,7 @@ RUNS="${RUNS:-3}"
 DURATION="${DURATION:-10}"
 CONNECTIONS="${CONNECTIONS:-64}"
 DURABILITY="${DURABILITY:-full}"
+SEARCH="${SEARCH:-on}"
 SECRET="bench-secret-0123456789"
 
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)" >&2; exit 2; }
@@ -92,6 +94,9 @@ name = "github"
 kind = "github"
 secrets = ["$SECRET"]
 EOF
+    if [ "$SEARCH" = off ]; then
+        printf '[search]\nenabled = false\n' >>"$dir/hookbox.toml"
+    fi
     "$bin" serve --config "$dir/hookbox.toml" >"$dir/server.log" 2>&1 &
     local pid=$!
     for _ in $(seq 200); do
@@ -110,7 +115,7 @@ EOF
     rm -rf "$dir"
 }
 
-echo "== wrk: $CONNECTIONS connections, ${DURATION}s, durability=$DURABILITY, $RUNS runs per binary, $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "== wrk: $CONNECTIONS connections, ${DURATION}s, durability=$DURABILITY, search=$SEARCH, $RUNS runs per binary, $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 declare -A lines
 failed=0
 for run in $(seq "$RUNS"); do
