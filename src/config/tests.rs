@@ -1,3 +1,6 @@
+use std::time::Duration;
+
+use super::load::hide_quoted_strings;
 use super::*;
 
 fn load_str(text: &str) -> Result<Config, ConfigError> {
