@@ -454,7 +454,7 @@ fn url_destination(
         return None;
     };
     let key = match secret::resolve(reference) {
-        Ok(s) => crate::receive::standard::key_from_secret(&s).or_else(|| {
+        Ok(s) => s.standard_key().or_else(|| {
             problems.push(format!(
                 "{at}.signing_secret ({}): a Standard Webhooks secret is `whsec_` followed by base64",
                 secret::describe(reference)

@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    Config, ConfigError, Kind, RawConfig, RawDestinations, RawSource, SYSTEM_CONFIG, validate,
+    Config, ConfigError, Kind, RawConfig, RawDestinations, RawSource, SYSTEM_CONFIG, secret,
+    validate,
 };
 
 /// Loads the config: `path` if given, else [`SYSTEM_CONFIG`] when it
@@ -57,8 +58,8 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
 /// a key of the right shape (from the vectors in `tests/vectors/`).
 fn placeholder_secret(kind: Kind) -> &'static str {
     match kind {
-        Kind::Discord => crate::receive::discord::PLACEHOLDER_KEY,
-        Kind::Sendgrid => crate::receive::sendgrid::PLACEHOLDER_KEY,
+        Kind::Discord => secret::DISCORD_PLACEHOLDER_KEY,
+        Kind::Sendgrid => secret::SENDGRID_PLACEHOLDER_KEY,
         _ => PLACEHOLDER_SECRET,
     }
 }

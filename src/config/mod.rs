@@ -56,7 +56,9 @@ pub use hmac::{Encoding, Field, HmacConfig, IdFrom, PayloadPart, RawHmac};
 pub use kind::Kind;
 pub use load::{embedded, from_toml, load, load_without_secrets};
 pub use ops::{BackupConfig, RetentionConfig, SearchConfig};
-pub use secret::{Secret, resolve as resolve_secret};
+pub use secret::{
+    DISCORD_PLACEHOLDER_KEY, SENDGRID_PLACEHOLDER_KEY, Secret, resolve as resolve_secret,
+};
 pub use server::{DEFAULT_MAX_BODY_BYTES, Durability, RawServer};
 pub use source::{RawSource, SourceConfig};
 pub use tls::{AcmeConfig, RawAcme, RawTls, TlsConfig, TlsFiles};

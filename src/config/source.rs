@@ -156,7 +156,7 @@ pub(super) fn validate(
     }
     if src.kind == Kind::Standard {
         for (j, s) in secrets.iter().enumerate() {
-            if crate::receive::standard::key_from_secret(s).is_none() {
+            if s.standard_key().is_none() {
                 problems.push(format!(
                     "{at}.secrets[{j}]: a Standard Webhooks secret is `whsec_` followed by base64"
                 ));
@@ -285,8 +285,8 @@ fn validate_public_url(src: &RawSource, at: &str, problems: &mut Vec<String>) {
 /// now, not at the first delivery.
 fn check_public_keys(kind: Kind, secrets: &[Secret], at: &str, problems: &mut Vec<String>) {
     let check: fn(&Secret) -> Result<(), String> = match kind {
-        Kind::Discord => |s| crate::receive::discord::parse_public_key(s).map(drop),
-        Kind::Sendgrid => |s| crate::receive::sendgrid::parse_public_key(s).map(drop),
+        Kind::Discord => |s| s.discord_public_key().map(drop),
+        Kind::Sendgrid => |s| s.sendgrid_public_key().map(drop),
         _ => return,
     };
     for (j, s) in secrets.iter().enumerate() {

@@ -277,7 +277,7 @@ fn a_url_destination_gets_its_key_and_every_default() {
         panic!("expected a url destination: {d:?}");
     };
     assert_eq!(url.as_str(), "http://127.0.0.1:3000/webhooks/github");
-    let expected = crate::receive::standard::key_from_secret(&Secret::new(WHSEC)).unwrap();
+    let expected = Secret::new(WHSEC).standard_key().unwrap();
     assert_eq!(signing_key, &expected);
     assert_eq!(d.timeout, Duration::from_secs(30));
     assert_eq!(d.max_attempts, 12);
