@@ -24,6 +24,7 @@
 mod admin;
 mod alerts;
 mod catchup;
+pub mod cert;
 mod deliver;
 mod duration;
 mod edge;
