@@ -33,7 +33,6 @@ mod kind;
 pub mod limits;
 mod load;
 mod ops;
-mod orphans;
 mod redact;
 mod secret;
 mod server;
