@@ -15,7 +15,7 @@
 //!    file per provider kind (`receive::github`, `receive::stripe`, ...),
 //!    which checks the signature on the raw bytes and yields the delivery
 //!    id, event type and ordering key, or a handshake answer that is never
-//!    stored. [`route`] picks the destinations whose filters take it.
+//!    stored. [`config::route`] picks the destinations whose filters take it.
 //! 4. [`store`] owns the database. A resend of a recently stored key is
 //!    answered at once; anything else becomes a `WriteCmd` for the writer
 //!    thread (`store::writer`), the only connection that writes, which
@@ -78,7 +78,6 @@ pub mod outbound;
 pub mod private_file;
 pub mod pull;
 pub mod receive;
-pub mod route;
 pub mod server;
 pub mod shutdown;
 pub mod store;

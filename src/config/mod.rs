@@ -23,6 +23,7 @@
 
 mod admin;
 mod alerts;
+pub mod argv;
 mod catchup;
 pub mod cert;
 mod deliver;
@@ -34,6 +35,7 @@ pub mod limits;
 mod load;
 mod ops;
 mod redact;
+pub mod route;
 mod secret;
 mod server;
 mod source;

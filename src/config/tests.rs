@@ -297,10 +297,8 @@ fn the_design_inline_command_table_loads() {
         d.destination,
         Destination::Command {
             argv: vec!["/usr/local/bin/on-stripe-event".into()],
-            template: crate::dispatch::argv::Template::parse(&[
-                "/usr/local/bin/on-stripe-event".to_owned()
-            ])
-            .unwrap(),
+            template: super::argv::Template::parse(&["/usr/local/bin/on-stripe-event".to_owned()])
+                .unwrap(),
         }
     );
     assert_eq!(d.timeout, Duration::from_secs(60));
@@ -334,7 +332,7 @@ concurrency = 1"#,
     let names: Vec<&str> = d.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, ["deploy", "notify"]);
     assert_eq!((d[0].concurrency, d[1].concurrency), (1, 4));
-    let push_to_main = crate::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
+    let push_to_main = super::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
     assert!(d[0].filter.matches(Some("push"), &push_to_main));
     assert!(!d[0].filter.matches(Some("issues"), &push_to_main));
     assert!(d[1].filter.matches(Some("issues"), &push_to_main));
@@ -417,7 +415,7 @@ fn a_destination_filter_loads_and_a_bad_one_is_explained_under_its_key() {
     )
     .unwrap();
     let filter = &config.sources[0].destinations[0].filter;
-    let main = crate::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
+    let main = super::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
     assert!(filter.matches(Some("push"), &main));
     assert!(!filter.matches(Some("issues"), &main));
     let err = with_deliver(r#"command = ["/bin/true"], when = { "ref" = "main" }"#)
