@@ -48,6 +48,10 @@
 //! # Around them
 //!
 //! [`config`] turns TOML into a validated `Config` with resolved secrets;
+//! it is a leaf (it uses no other module here), so it also holds what
+//! validation must parse exactly as the runtime reads it: destination
+//! filters (`config::route`), command argv (`config::argv`), encoded keys
+//! (`config::Secret`) and the TLS certificate pair (`config::cert`).
 //! [`clock`] is the wall clock the store and the verifiers read (tests can
 //! shift it); [`outbound`] holds the HTTP client settings every outbound
 //! request shares; [`notify`] speaks to systemd; [`telemetry`] sets up
