@@ -1,9 +1,9 @@
 //! Where the config comes from: the file named by `--config`, else
-//! [`SYSTEM_CONFIG`](super::SYSTEM_CONFIG), else the embedded default
-//! built from the environment; and the TOML parse, whose errors must not
-//! quote the file (it may hold literal secrets).
+//! [`SYSTEM_CONFIG`], else the embedded default built from the
+//! environment; and the TOML parse, whose errors must not quote the file
+//! (it may hold literal secrets).
 //!
-//! Every path ends in [`super::validate`]; the variants differ only in
+//! Every path ends in [`super::validate()`]; the variants differ only in
 //! what they feed it.
 
 use std::path::{Path, PathBuf};

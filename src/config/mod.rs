@@ -2,7 +2,7 @@
 //!
 //! Loading has two stages. Serde reads the file into the `Raw*` types
 //! (`deny_unknown_fields`, so a typo is an error and not a silently ignored
-//! key). [`validate`] then checks every field, resolves every secret
+//! key). [`validate()`] then checks every field, resolves every secret
 //! reference and collects *all* problems, each naming its key, before
 //! anything binds a port or opens the database. The `Raw*` types are also
 //! what `hookbox check` prints, with secret references redacted.

@@ -6,7 +6,7 @@
 //! key that belongs to another kind (an ignored key misleads); the parts
 //! with modules of their own (the `hmac` scheme, destinations, catch-up,
 //! allowed addresses) are handed to them. Uniqueness of names is a
-//! cross-check and lives with [`super::validate`].
+//! cross-check and lives with [`super::validate()`].
 
 use std::fmt;
 use std::time::Duration;
