@@ -15,7 +15,7 @@
 //!    file per provider kind (`receive::github`, `receive::stripe`, ...),
 //!    which checks the signature on the raw bytes and yields the delivery
 //!    id, event type and ordering key, or a handshake answer that is never
-//!    stored. [`route`] picks the destinations whose filters take it.
+//!    stored. [`config::route`] picks the destinations whose filters take it.
 //! 4. [`store`] owns the database. A resend of a recently stored key is
 //!    answered at once; anything else becomes a `WriteCmd` for the writer
 //!    thread (`store::writer`), the only connection that writes, which
@@ -48,6 +48,10 @@
 //! # Around them
 //!
 //! [`config`] turns TOML into a validated `Config` with resolved secrets;
+//! it is a leaf (it uses no other module here), so it also holds what
+//! validation must parse exactly as the runtime reads it: destination
+//! filters (`config::route`), command argv (`config::argv`), encoded keys
+//! (`config::Secret`) and the TLS certificate pair (`config::cert`).
 //! [`clock`] is the wall clock the store and the verifiers read (tests can
 //! shift it); [`outbound`] holds the HTTP client settings every outbound
 //! request shares; [`notify`] speaks to systemd; [`telemetry`] sets up
@@ -78,7 +82,6 @@ pub mod outbound;
 pub mod private_file;
 pub mod pull;
 pub mod receive;
-pub mod route;
 pub mod server;
 pub mod shutdown;
 pub mod store;

@@ -492,7 +492,7 @@ fn orphan_warnings(config: &Config) -> Vec<String> {
     }
     hookbox::store::open_read_only(path)
         .and_then(|conn| queries::lane_counts(&conn))
-        .map(|lanes| config.orphan_warnings(&lanes))
+        .map(|lanes| hookbox::store::orphans::warnings(config, &lanes))
         .unwrap_or_default()
 }
 

@@ -69,7 +69,7 @@ pub struct Job {
     pub spec: JobSpec,
     /// The source's destinations: a fetched event goes to each that takes
     /// it; one that none takes is `stored`.
-    pub routes: crate::route::Routes,
+    pub routes: crate::config::route::Routes,
     pub order_key: Vec<String>,
 }
 
@@ -112,7 +112,7 @@ pub fn jobs(config: &Config) -> Vec<Job> {
             Some(Job {
                 source: s.name.clone(),
                 spec,
-                routes: crate::route::Routes::new(&s.destinations),
+                routes: crate::config::route::Routes::new(&s.destinations),
                 order_key: s.order_key.clone(),
             })
         })

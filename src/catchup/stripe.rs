@@ -26,8 +26,8 @@ use serde_json::value::RawValue;
 use super::{RateLimited, RunCtx};
 use crate::clock;
 use crate::config::StripeBackfillConfig;
+use crate::config::route::Body;
 use crate::receive::payload::{Identified, Inbound};
-use crate::route::Body;
 use crate::store::jobs;
 use crate::store::models::{Inserted, NewEvent, Origin};
 

@@ -211,7 +211,7 @@ fn validate_one(index: usize, raw: &RawAlert, problems: &mut Vec<String>) -> Opt
         (Format::Json, Some(reference)) => {
             let shown = secret::describe(reference);
             match secret::resolve(reference) {
-                Ok(s) => match crate::receive::standard::key_from_secret(&s) {
+                Ok(s) => match s.standard_key() {
                     Some(key) => Some(SigningKey(key)),
                     None => {
                         problems.push(format!(

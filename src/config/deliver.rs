@@ -6,7 +6,7 @@
 //! destination named `default` ([`RawDestinations`]). Each is either `url`
 //! (an HTTP POST signed the Standard Webhooks way with `signing_secret`)
 //! or `command` (an argv run without a shell), never both, with an
-//! optional filter ([`crate::route`]): an event no destination matches is
+//! optional filter ([`super::route`]): an event no destination matches is
 //! kept as `stored`, not dispatched. [`validate_all`] turns the raw tables
 //! into [`DeliverConfig`]s, resolving signing secrets to their HMAC keys,
 //! and reports every problem under the key that has it. `crate::dispatch`
@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::route::Filter;
 use super::secret::Secret;
 use super::{duration, limits, secret};
-use crate::route::Filter;
 
 /// The name of the one destination of a single `[sources.deliver]` table,
 /// and of every delivery a database from before routes holds.
@@ -265,7 +265,7 @@ pub enum Destination {
     /// is the same argv with its placeholders parsed.
     Command {
         argv: Vec<String>,
-        template: crate::dispatch::argv::Template,
+        template: super::argv::Template,
     },
     /// Deliveries wait for a consumer of the pull API holding `token`.
     Pull { token: Secret, max_bytes: u64 },
@@ -454,7 +454,7 @@ fn url_destination(
         return None;
     };
     let key = match secret::resolve(reference) {
-        Ok(s) => crate::receive::standard::key_from_secret(&s).or_else(|| {
+        Ok(s) => s.standard_key().or_else(|| {
             problems.push(format!(
                 "{at}.signing_secret ({}): a Standard Webhooks secret is `whsec_` followed by base64",
                 secret::describe(reference)
@@ -551,7 +551,7 @@ fn command_destination(
             problems.push(format!("{at}.command[0]: the program must not be empty"));
             None
         }
-        Some(_) => match crate::dispatch::argv::Template::parse(argv) {
+        Some(_) => match super::argv::Template::parse(argv) {
             Ok(template) => Some(Destination::Command {
                 argv: argv.to_vec(),
                 template,

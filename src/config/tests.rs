@@ -1,3 +1,6 @@
+use std::time::Duration;
+
+use super::load::hide_quoted_strings;
 use super::*;
 
 fn load_str(text: &str) -> Result<Config, ConfigError> {
@@ -274,7 +277,7 @@ fn a_url_destination_gets_its_key_and_every_default() {
         panic!("expected a url destination: {d:?}");
     };
     assert_eq!(url.as_str(), "http://127.0.0.1:3000/webhooks/github");
-    let expected = crate::receive::standard::key_from_secret(&Secret::new(WHSEC)).unwrap();
+    let expected = Secret::new(WHSEC).standard_key().unwrap();
     assert_eq!(signing_key, &expected);
     assert_eq!(d.timeout, Duration::from_secs(30));
     assert_eq!(d.max_attempts, 12);
@@ -294,10 +297,8 @@ fn the_design_inline_command_table_loads() {
         d.destination,
         Destination::Command {
             argv: vec!["/usr/local/bin/on-stripe-event".into()],
-            template: crate::dispatch::argv::Template::parse(&[
-                "/usr/local/bin/on-stripe-event".to_owned()
-            ])
-            .unwrap(),
+            template: super::argv::Template::parse(&["/usr/local/bin/on-stripe-event".to_owned()])
+                .unwrap(),
         }
     );
     assert_eq!(d.timeout, Duration::from_secs(60));
@@ -331,7 +332,7 @@ concurrency = 1"#,
     let names: Vec<&str> = d.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, ["deploy", "notify"]);
     assert_eq!((d[0].concurrency, d[1].concurrency), (1, 4));
-    let push_to_main = crate::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
+    let push_to_main = super::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
     assert!(d[0].filter.matches(Some("push"), &push_to_main));
     assert!(!d[0].filter.matches(Some("issues"), &push_to_main));
     assert!(d[1].filter.matches(Some("issues"), &push_to_main));
@@ -414,7 +415,7 @@ fn a_destination_filter_loads_and_a_bad_one_is_explained_under_its_key() {
     )
     .unwrap();
     let filter = &config.sources[0].destinations[0].filter;
-    let main = crate::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
+    let main = super::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
     assert!(filter.matches(Some("push"), &main));
     assert!(!filter.matches(Some("issues"), &main));
     let err = with_deliver(r#"command = ["/bin/true"], when = { "ref" = "main" }"#)

@@ -2,7 +2,7 @@
 //! (`cert`, `key`) or obtained by hookbox itself over ACME
 //! (`[server.tls.acme]`).
 //!
-//! Validation loads a file pair (`crate::tls::load`), so a missing file, an
+//! Validation loads a file pair ([`super::cert::load`]), so a missing file, an
 //! unreadable key or a key that belongs to another certificate stops
 //! `hookbox check` and start-up with the path named. ACME settings are
 //! checked for shape only: whether the directory answers is a run-time
@@ -133,7 +133,7 @@ fn files(
     if !watch_interval.is_zero() && watch_interval < Duration::from_secs(1) {
         problems.push("server.tls.watch_interval: at least 1s, or 0s for SIGHUP only".to_owned());
     }
-    if let Err(e) = crate::tls::load(cert, key) {
+    if let Err(e) = super::cert::load(cert, key) {
         problems.push(format!("server.tls: {e}"));
     }
     Some(TlsConfig::Files(TlsFiles {

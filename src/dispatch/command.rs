@@ -1,7 +1,7 @@
 //! `deliver.command`: run the user's program once per attempt.
 //!
 //! The argv is executed directly, never through a shell, its placeholders
-//! filled in per event ([`super::argv`]). The body goes to
+//! filled in per event ([`crate::config::argv`]). The body goes to
 //! stdin, then stdin is closed; the event is described in `HOOKBOX_SOURCE`,
 //! `HOOKBOX_DESTINATION`, `HOOKBOX_EVENT_TYPE` (empty when the event has no type),
 //! `HOOKBOX_DELIVERY_ID`, `HOOKBOX_EVENT_ID` and `HOOKBOX_ATTEMPT`, added
@@ -31,8 +31,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
-use super::argv::Template;
 use super::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
+use crate::config::argv::{Event, Template};
 
 /// `E2BIG`: the argument list is too long for `execve`.
 const E2BIG: i32 = nix::errno::Errno::E2BIG as i32;
@@ -85,7 +85,12 @@ impl CommandDestination {
 
     async fn run(&self, job: &Job, deadline: Instant) -> (Outcome, Option<String>) {
         let retry = Outcome::Retry { retry_after: None };
-        let argv = self.argv.render(job);
+        let argv = self.argv.render(&Event {
+            source: &job.source,
+            delivery_id: &job.delivery_id,
+            event_type: job.event_type.as_deref(),
+            body: &job.body,
+        });
         let Some((program, args)) = argv.split_first() else {
             return (retry, Some("no program to run".to_owned()));
         };

@@ -12,7 +12,6 @@
 //! source's concurrency limit is [`worker`]; claiming, per-key ordering,
 //! settling and replay are SQL, in `crate::store::deliveries`.
 
-pub mod argv;
 pub mod backoff;
 pub mod board;
 pub mod breaker;

@@ -9,8 +9,8 @@
 //! replay by filter. Both turn into [`ReplayFilter`]s that the caller runs
 //! in one transaction (the writer's, or the CLI's own connection).
 
+use crate::config::route::Filter;
 use crate::config::{Config, DeliverConfig};
-use crate::route::Filter;
 use crate::store::ReplayFilter;
 use crate::store::queries::EventState;
 

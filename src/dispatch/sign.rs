@@ -51,7 +51,7 @@ mod tests {
     use super::*;
     use crate::config::Secret;
     use crate::receive::payload::Inbound;
-    use crate::receive::standard::{Standard, key_from_secret};
+    use crate::receive::standard::Standard;
     use axum::http::{HeaderMap, HeaderValue};
 
     // The Go, JavaScript and Python reference libraries' test vector
@@ -69,7 +69,7 @@ mod tests {
     const RUST_SIG: &str = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
 
     fn key(secret: &str) -> Vec<u8> {
-        key_from_secret(&Secret::new(secret)).unwrap()
+        Secret::new(secret).standard_key().unwrap()
     }
 
     #[test]

@@ -52,13 +52,13 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::clock;
+use crate::config::route::Routes;
 use crate::config::{AllowIps, Config, Kind, SourceConfig};
 use crate::edge::Edge;
 use crate::edge::bodies::Charge;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, SourceMetrics};
 use crate::pull::PullHub;
-use crate::route::Routes;
 use crate::store::models::{Inserted, NewEvent, Origin};
 use crate::store::{StoreError, WriterHandle};
 use payload::{Handshake, Identified, IdentifyError, Inbound};
@@ -288,8 +288,8 @@ impl Source {
 }
 
 /// The body as `routes` read it: the receiver's own parse, when needed.
-fn body_of<'a>(routes: &Routes, req: &'a Inbound<'_>) -> crate::route::Body<'a> {
-    crate::route::Body::parsed(routes.reads_body().then(|| req.json()).flatten())
+fn body_of<'a>(routes: &Routes, req: &'a Inbound<'_>) -> crate::config::route::Body<'a> {
+    crate::config::route::Body::parsed(routes.reads_body().then(|| req.json()).flatten())
 }
 
 /// The configured `public_url`; validation requires it for the kinds that

@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod listing;
 pub mod lock;
 pub mod models;
+pub mod orphans;
 pub mod pauses;
 pub mod queries;
 mod recent;

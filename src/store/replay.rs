@@ -16,7 +16,7 @@ use anyhow::Context;
 use rusqlite::{Connection, params};
 
 use super::deliveries;
-use crate::route::{Body, Filter};
+use crate::config::route::{Body, Filter};
 
 /// What replay should pick up.
 #[derive(Debug, Clone, Default)]

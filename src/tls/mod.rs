@@ -15,25 +15,19 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use prometheus_client::metrics::gauge::Gauge;
-use rustls::crypto::CryptoProvider;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-pub use files::{LoadError, Reloader, load};
+pub use files::Reloader;
 pub use store::CertStore;
 
 use crate::config::TlsConfig;
+use crate::config::cert::provider;
 
 /// The ALPN protocol of a TLS-ALPN-01 validation (RFC 8737): such a
 /// handshake is the whole exchange, no HTTP follows.
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
-
-/// The crypto provider reqwest and jsonwebtoken already build (aws-lc-rs),
-/// so hookbox compiles one backend.
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-}
 
 /// What keeps the public listener's certificate current.
 pub enum Manager {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use super::*;
 use crate::config::Secret;
 use crate::receive::payload::Inbound;
-use crate::receive::standard::{Standard, key_from_secret};
+use crate::receive::standard::Standard;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const PERMANENT: [u16; 6] = [400, 401, 403, 404, 410, 422];
@@ -93,7 +93,7 @@ fn destination(addr: SocketAddr, path: &str, timeout: Duration) -> UrlDestinatio
     UrlDestination::new(
         client().unwrap(),
         Url::parse(&format!("http://{addr}{path}")).unwrap(),
-        key_from_secret(&Secret::new(SECRET)).unwrap(),
+        Secret::new(SECRET).standard_key().unwrap(),
         timeout,
         PERMANENT.to_vec(),
     )

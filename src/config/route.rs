@@ -20,7 +20,9 @@
 //! reports every bad pointer and value under its key; the receiver asks
 //! its source's [`Routes`] which destinations take each event, with the
 //! body parsed once ([`Body::new`], or [`Body::parsed`] when the receiver
-//! has parsed it already) whatever the number of destinations.
+//! has parsed it already) whatever the number of destinations. Matching
+//! lives here with parsing, inside config, so that a filter's syntax and
+//! meaning are read in one file and config needs no other module.
 
 use std::collections::BTreeMap;
 
@@ -104,7 +106,7 @@ impl Filter {
 pub struct Routes(Vec<(std::sync::Arc<str>, Filter)>);
 
 impl Routes {
-    pub fn new(destinations: &[crate::config::DeliverConfig]) -> Self {
+    pub fn new(destinations: &[super::DeliverConfig]) -> Self {
         Routes(
             destinations
                 .iter()

@@ -10,10 +10,21 @@
 //! program that parses options should end them with `--` before it).
 //!
 //! [`Template::parse`] runs at config time and explains a bad pointer;
-//! [`Template::render`] runs per attempt and parses the body only when a
-//! pointer is used.
+//! [`Template::render`] runs per attempt (`crate::dispatch::command`) and
+//! parses the body only when a pointer is used. Both live here, with the
+//! config that holds the parsed template, so that config needs no other
+//! module of hookbox.
 
-use super::Job;
+/// What of an event the placeholders read. Borrowed from the dispatcher's
+/// job, so config needs no type of `crate::dispatch`.
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'a> {
+    pub source: &'a str,
+    pub delivery_id: &'a str,
+    pub event_type: Option<&'a str>,
+    /// The exact bytes received.
+    pub body: &'a [u8],
+}
 
 /// A command's argv, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,15 +62,15 @@ impl Template {
         Ok(Template { args })
     }
 
-    /// The argv for `job`: program first.
-    pub fn render(&self, job: &Job) -> Vec<String> {
+    /// The argv for one delivery of an event: program first.
+    pub fn render(&self, event: &Event) -> Vec<String> {
         let uses_body = self
             .args
             .iter()
             .flatten()
             .any(|p| matches!(p, Part::Pointer(_)));
         let json: Option<serde_json::Value> = uses_body
-            .then(|| serde_json::from_slice(&job.body).ok())
+            .then(|| serde_json::from_slice(event.body).ok())
             .flatten();
         self.args
             .iter()
@@ -68,9 +79,9 @@ impl Template {
                 for part in parts {
                     match part {
                         Part::Literal(text) => arg.push_str(text),
-                        Part::EventType => arg.push_str(job.event_type.as_deref().unwrap_or("")),
-                        Part::DeliveryId => arg.push_str(&job.delivery_id),
-                        Part::Source => arg.push_str(&job.source),
+                        Part::EventType => arg.push_str(event.event_type.unwrap_or("")),
+                        Part::DeliveryId => arg.push_str(event.delivery_id),
+                        Part::Source => arg.push_str(event.source),
                         Part::Pointer(pointer) => {
                             match json.as_ref().and_then(|j| j.pointer(pointer)) {
                                 Some(serde_json::Value::String(s)) => arg.push_str(s),
@@ -100,7 +111,7 @@ fn parse_arg(arg: &str) -> Result<Vec<Part>, String> {
             "delivery_id" => Some(Part::DeliveryId),
             "source" => Some(Part::Source),
             p if p.starts_with('/') => {
-                crate::route::check_pointer(p).map_err(|why| format!("{{{p}}} {why}"))?;
+                super::route::check_pointer(p).map_err(|why| format!("{{{p}}} {why}"))?;
                 Some(Part::Pointer(p.to_owned()))
             }
             _ => None,
@@ -128,21 +139,16 @@ fn parse_arg(arg: &str) -> Result<Vec<Part>, String> {
 mod tests {
     use super::*;
 
-    fn job(body: &[u8], event_type: Option<&str>) -> Job {
-        Job {
-            event_id: 7,
-            source: "github".into(),
-            destination: "default".into(),
-            delivery_id: "d-1".into(),
-            event_type: event_type.map(str::to_owned),
-            content_type: None,
-            headers: serde_json::Map::new(),
-            body: bytes::Bytes::copy_from_slice(body),
-            attempt: 1,
+    fn job<'a>(body: &'a [u8], event_type: Option<&'a str>) -> Event<'a> {
+        Event {
+            source: "github",
+            delivery_id: "d-1",
+            event_type,
+            body,
         }
     }
 
-    fn render(argv: &[&str], job: &Job) -> Vec<String> {
+    fn render(argv: &[&str], job: &Event) -> Vec<String> {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
         Template::parse(&argv).unwrap().render(job)
     }
