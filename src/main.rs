@@ -7,6 +7,7 @@ use clap::Parser as _;
 
 use hookbox::cli::{self, AlertsCommand, Cli, Command};
 use hookbox::dispatch::replay as plan;
+use hookbox::store::models::State;
 use hookbox::telemetry;
 
 fn main() -> ExitCode {
@@ -48,7 +49,7 @@ fn main() -> ExitCode {
                     ))
                 }
                 None => Ok(cli::replay::Replay::Bulk(plan::Bulk {
-                    state: dead.then(|| "dead".to_owned()),
+                    state: dead.then_some(State::Dead),
                     source,
                     destination,
                     since,

@@ -8,8 +8,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
+use crate::store::models::State;
 use crate::telemetry::LogFormat;
 
 #[derive(Parser)]
@@ -91,8 +93,8 @@ pub enum Command {
         /// filters on it.
         #[arg(long)]
         destination: Option<String>,
-        #[arg(long, value_enum)]
-        state: Option<StateArg>,
+        #[arg(long, value_parser = state_parser())]
+        state: Option<State>,
         #[arg(long)]
         event_type: Option<String>,
         /// Only events whose body has all these words; `word*` matches a
@@ -204,14 +206,6 @@ pub struct ListenArgs {
     pub ca: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum StateArg {
-    Pending,
-    Delivered,
-    Dead,
-    Stored,
-}
-
 impl Command {
     /// Commands that only read or copy the database need no secrets.
     pub fn needs_secrets(&self) -> bool {
@@ -220,6 +214,13 @@ impl Command {
             Command::Serve | Command::Check | Command::CatchUp { .. } | Command::Alerts(_)
         )
     }
+}
+
+/// `--state`: the store's own [`State`], offered under the names the
+/// database and the API use, so the CLI keeps no copy of the list.
+fn state_parser() -> impl TypedValueParser<Value = State> {
+    PossibleValuesParser::new(State::ALL.map(State::as_str))
+        .try_map(|name| State::parse(&name).ok_or("not a state"))
 }
 
 /// A time on the command line: RFC 3339, a bare date (midnight UTC), or

@@ -5,16 +5,16 @@
 
 use std::process::ExitCode;
 
-use super::StateArg;
 use crate::config::Config;
 use crate::store::listing::{self, ListFilter};
+use crate::store::models::State;
 use crate::store::search::SearchQuery;
 
 /// `hookbox events`' flags.
 pub struct Request {
     pub source: Option<String>,
     pub destination: Option<String>,
-    pub state: Option<StateArg>,
+    pub state: Option<State>,
     pub event_type: Option<String>,
     pub q: Option<String>,
     pub limit: usize,
@@ -33,7 +33,7 @@ pub fn run(config: &Config, request: Request) -> ExitCode {
         limit,
         json,
     } = request;
-    if destination.is_some() && matches!(state, Some(StateArg::Stored)) {
+    if destination.is_some() && state == Some(State::Stored) {
         eprintln!(
             "hookbox events: a delivery is never stored (that is an event without any); \
              leave out --destination to list stored events"
@@ -50,7 +50,7 @@ pub fn run(config: &Config, request: Request) -> ExitCode {
     let filter = ListFilter {
         source,
         destination,
-        state: state.map(|s| state_name(s).to_owned()),
+        state,
         event_type,
         q,
         limit,
@@ -75,13 +75,4 @@ fn events(config: &Config, filter: &ListFilter, json: bool) -> anyhow::Result<()
         print!("{}", listing::render_table(&rows));
     }
     Ok(())
-}
-
-fn state_name(state: StateArg) -> &'static str {
-    match state {
-        StateArg::Pending => "pending",
-        StateArg::Delivered => "delivered",
-        StateArg::Dead => "dead",
-        StateArg::Stored => "stored",
-    }
 }

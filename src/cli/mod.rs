@@ -29,7 +29,7 @@ pub mod purge;
 pub mod replay;
 pub mod serve;
 
-pub use args::{AlertsCommand, Cli, Command, DestinationCommand, ListenArgs, StateArg};
+pub use args::{AlertsCommand, Cli, Command, DestinationCommand, ListenArgs};
 
 /// The config from `path` (or the default places), with secrets resolved
 /// only when `secrets`; on failure the problems are printed and the exit

@@ -12,6 +12,7 @@
 use crate::config::{Config, DeliverConfig};
 use crate::route::Filter;
 use crate::store::ReplayFilter;
+use crate::store::models::State;
 use crate::store::queries::EventState;
 
 /// Why a replay cannot run, by kind: the API answers 404 for the first
@@ -134,7 +135,7 @@ pub struct Bulk {
     /// `dead` or `delivered`. `None` (meant with a destination): both, and
     /// the destination also gets each event in range that its own filter
     /// takes and that it never had: how a new destination gets old events.
-    pub state: Option<String>,
+    pub state: Option<State>,
     pub source: Option<String>,
     /// Without `source`: at each source that has a destination of this name.
     pub destination: Option<String>,
@@ -194,7 +195,7 @@ pub fn bulk(config: &Config, bulk: &Bulk) -> Result<Vec<ReplayFilter>, ReplayErr
             filters.push(ReplayFilter {
                 source: Some(source.clone()),
                 destination: Some(destination),
-                state: bulk.state.clone(),
+                state: bulk.state,
                 since: bulk.since,
                 until: bulk.until,
                 create,
@@ -215,16 +216,16 @@ pub fn refusal(
     id: i64,
     configured: &[String],
 ) -> Option<(&'static str, String)> {
-    let here = |state: &str| {
+    let here = |state: State| {
         event
             .deliveries
             .iter()
-            .any(|(d, s)| s == state && configured.contains(d))
+            .any(|(d, s)| *s == state && configured.contains(d))
     };
-    if here("dead") || here("delivered") {
+    if here(State::Dead) || here(State::Delivered) {
         return (!event.has_body).then(|| body_dropped(id));
     }
-    if here("pending") {
+    if here(State::Pending) {
         return Some((
             "already_pending",
             format!(
@@ -255,7 +256,7 @@ pub fn refusal_at(
     id: i64,
     destination: &str,
 ) -> Option<(&'static str, String)> {
-    if event.delivery(destination) == Some("pending") {
+    if event.delivery(destination) == Some(State::Pending) {
         return Some((
             "already_pending",
             format!("event {id} is already pending at destination {destination:?}"),
@@ -278,14 +279,14 @@ fn body_dropped(id: i64) -> (&'static str, String) {
 mod tests {
     use super::*;
 
-    fn event(deliveries: &[(&str, &str)], has_body: bool) -> EventState {
+    fn event(deliveries: &[(&str, State)], has_body: bool) -> EventState {
         EventState {
             source: "s".into(),
-            state: "dead".into(),
+            state: State::Dead,
             has_body,
             deliveries: deliveries
                 .iter()
-                .map(|(d, s)| ((*d).to_owned(), (*s).to_owned()))
+                .map(|(d, s)| ((*d).to_owned(), *s))
                 .collect(),
         }
     }
@@ -297,16 +298,25 @@ mod tests {
     #[test]
     fn an_event_replays_when_a_configured_delivery_is_dead_or_delivered() {
         let reason =
-            |d: &[(&str, &str)], body| refusal(&event(d, body), 7, &configured()).map(|(r, _)| r);
-        assert_eq!(reason(&[("ci", "dead")], true), None);
-        assert_eq!(reason(&[("ci", "delivered")], true), None);
+            |d: &[(&str, State)], body| refusal(&event(d, body), 7, &configured()).map(|(r, _)| r);
+        assert_eq!(reason(&[("ci", State::Dead)], true), None);
+        assert_eq!(reason(&[("ci", State::Delivered)], true), None);
         // Pending elsewhere does not hide a dead delivery.
-        assert_eq!(reason(&[("chat", "dead"), ("ci", "pending")], true), None);
-        assert_eq!(reason(&[("ci", "dead")], false), Some("body_dropped"));
-        assert_eq!(reason(&[("ci", "pending")], true), Some("already_pending"));
+        assert_eq!(
+            reason(&[("chat", State::Dead), ("ci", State::Pending)], true),
+            None
+        );
+        assert_eq!(reason(&[("ci", State::Dead)], false), Some("body_dropped"));
+        assert_eq!(
+            reason(&[("ci", State::Pending)], true),
+            Some("already_pending")
+        );
         assert_eq!(reason(&[], true), Some("not_replayable"));
         // A destination gone from the config is not dispatched: not replayed.
-        assert_eq!(reason(&[("old", "dead")], true), Some("not_replayable"));
+        assert_eq!(
+            reason(&[("old", State::Dead)], true),
+            Some("not_replayable")
+        );
     }
 
     fn config() -> Config {
@@ -334,14 +344,14 @@ secrets = ["s"]
     }
 
     /// `(source, destination, state, creates, creates every event)` of each filter.
-    fn shape(filters: &[ReplayFilter]) -> Vec<(String, String, Option<String>, bool, bool)> {
+    fn shape(filters: &[ReplayFilter]) -> Vec<(String, String, Option<State>, bool, bool)> {
         filters
             .iter()
             .map(|f| {
                 (
                     f.source.clone().unwrap(),
                     f.destination.clone().unwrap(),
-                    f.state.clone(),
+                    f.state,
                     f.create.is_some(),
                     f.create.as_ref().is_some_and(Filter::is_empty),
                 )
@@ -352,7 +362,7 @@ secrets = ["s"]
     #[test]
     fn one_event_replays_at_each_configured_destination_or_the_one_named() {
         let config = config();
-        let mut e = event(&[("ci", "dead")], true);
+        let mut e = event(&[("ci", State::Dead)], true);
         e.source = "github".into();
         let all = super::event(&config, &e, 7, None).unwrap();
         assert_eq!(
@@ -386,11 +396,11 @@ secrets = ["s"]
     #[test]
     fn a_bulk_replay_without_a_state_gives_the_destination_what_its_filter_takes() {
         let config = config();
-        let at = |state: Option<&str>, source: Option<&str>, destination: Option<&str>| {
+        let at = |state: Option<State>, source: Option<&str>, destination: Option<&str>| {
             bulk(
                 &config,
                 &Bulk {
-                    state: state.map(Into::into),
+                    state,
                     source: source.map(Into::into),
                     destination: destination.map(Into::into),
                     since: Some(5),
@@ -404,34 +414,34 @@ secrets = ["s"]
             [("github".into(), "deploy".into(), None, true, false)]
         );
         assert_eq!(new[0].since, Some(5));
-        let dead = at(Some("dead"), Some("github"), Some("deploy")).unwrap();
+        let dead = at(Some(State::Dead), Some("github"), Some("deploy")).unwrap();
         assert_eq!(
             shape(&dead),
             [(
                 "github".into(),
                 "deploy".into(),
-                Some("dead".into()),
+                Some(State::Dead),
                 false,
                 false
             )]
         );
         // Every source: only those with destinations, each destination.
-        assert_eq!(at(Some("dead"), None, None).unwrap().len(), 2);
+        assert_eq!(at(Some(State::Dead), None, None).unwrap().len(), 2);
         // A destination without a source: each source that has it.
         assert_eq!(
-            shape(&at(Some("dead"), None, Some("ci")).unwrap())[0].1,
+            shape(&at(Some(State::Dead), None, Some("ci")).unwrap())[0].1,
             "ci"
         );
         assert!(matches!(
-            at(Some("dead"), None, Some("nope")),
+            at(Some(State::Dead), None, Some("nope")),
             Err(ReplayError::UnknownDestination { source: None, .. })
         ));
         assert!(matches!(
-            at(Some("dead"), Some("nope"), None),
+            at(Some(State::Dead), Some("nope"), None),
             Err(ReplayError::UnknownSource(_))
         ));
         assert!(matches!(
-            at(Some("dead"), Some("inbox"), None),
+            at(Some(State::Dead), Some("inbox"), None),
             Err(ReplayError::NoDestination(_))
         ));
         assert!(matches!(
@@ -445,13 +455,13 @@ secrets = ["s"]
 
     #[test]
     fn a_named_destination_replays_unless_its_delivery_is_pending() {
-        let e = event(&[("chat", "dead"), ("ci", "pending")], true);
+        let e = event(&[("chat", State::Dead), ("ci", State::Pending)], true);
         assert_eq!(refusal_at(&e, 7, "chat"), None);
         assert_eq!(refusal_at(&e, 7, "never").map(|(r, _)| r), None);
         let (reason, message) = refusal_at(&e, 7, "ci").unwrap();
         assert_eq!(reason, "already_pending");
         assert!(message.contains("\"ci\""), "{message}");
-        let emptied = event(&[("chat", "delivered")], false);
+        let emptied = event(&[("chat", State::Delivered)], false);
         assert_eq!(
             refusal_at(&emptied, 7, "never").map(|(r, _)| r),
             Some("body_dropped")

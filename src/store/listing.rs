@@ -12,6 +12,7 @@ use anyhow::Context;
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
+use super::models::State;
 use super::queries::{EVENT_ATTEMPTS, EVENT_LAST_ERROR};
 use super::search::{self, SearchQuery};
 
@@ -22,9 +23,8 @@ pub struct ListFilter {
     /// Only events with a delivery there; the listing then shows that
     /// delivery's state, attempts and last error.
     pub destination: Option<String>,
-    /// `pending`, `delivered`, `dead` or `stored` (the delivery's state,
-    /// never `stored`, with a destination).
-    pub state: Option<String>,
+    /// The delivery's state, never `stored`, with a destination.
+    pub state: Option<State>,
     pub event_type: Option<String>,
     /// Only events whose body has these words.
     pub q: Option<SearchQuery>,
@@ -246,7 +246,7 @@ mod tests {
         assert_eq!(ids(&list(&conn, &all).unwrap()), [4, 3, 2, 1]);
         let dead_github = ListFilter {
             source: Some("github".into()),
-            state: Some("dead".into()),
+            state: Some(State::Dead),
             ..all.clone()
         };
         assert_eq!(ids(&list(&conn, &dead_github).unwrap()), [4, 2]);
@@ -287,7 +287,7 @@ mod tests {
         );
         assert_eq!(rows[0].destination.as_deref(), Some("ci"));
         let delivered_at_ci = ListFilter {
-            state: Some("delivered".into()),
+            state: Some(State::Delivered),
             ..at_ci.clone()
         };
         assert!(list(&conn, &delivered_at_ci).unwrap().is_empty());

@@ -20,6 +20,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 
+use super::models::State;
 use super::search::SearchQuery;
 
 mod stats;
@@ -29,12 +30,6 @@ pub use stats::{
     lane_counts, last_catchup_runs, metrics_snapshot, oldest_pending, source_stats,
 };
 
-/// The states an event can be in, in the order the API lists them.
-pub const STATES: [&str; 4] = ["pending", "delivered", "dead", "stored"];
-
-/// The states a delivery can be in (an event without any is `stored`).
-pub const DELIVERY_STATES: [&str; 3] = ["pending", "delivered", "dead"];
-
 /// Which events to list, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
@@ -42,7 +37,8 @@ pub struct EventFilter {
     /// Only events with a delivery at this destination; `state` is then
     /// that delivery's state.
     pub destination: Option<String>,
-    pub state: Option<String>,
+    /// Never [`State::Stored`] with a destination: the edge refuses it.
+    pub state: Option<State>,
     pub event_type: Option<String>,
     /// `received_at >= since`.
     pub since: Option<i64>,
@@ -70,7 +66,7 @@ pub struct EventSummary {
     pub received_at: i64,
     /// Derived from the deliveries: `pending` while any is, else `dead` if
     /// any is, else `delivered`; `stored` with none.
-    pub state: String,
+    pub state: State,
     /// Finished attempts over every destination.
     pub attempts: i64,
     /// The earliest scheduled attempt of a pending delivery.
@@ -219,14 +215,14 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
         (None, Some(_)) => "d.event_id",
     };
     let text_clauses = [
-        (format!("{at}.source"), &filter.source),
-        (format!("{at}.state"), &filter.state),
-        ("e.event_type".to_owned(), &filter.event_type),
+        (format!("{at}.source"), filter.source.as_deref()),
+        (format!("{at}.state"), filter.state.map(State::as_str)),
+        ("e.event_type".to_owned(), filter.event_type.as_deref()),
     ];
     for (column, value) in text_clauses {
         if let Some(v) = value {
             sql.push_str(&format!(" AND {column} = ?"));
-            args.push(SqlValue::Text(v.clone()));
+            args.push(SqlValue::Text(v.to_owned()));
         }
     }
     let int_clauses = [
@@ -302,7 +298,7 @@ pub struct EventDetail {
 pub struct DeliveryRow {
     pub destination: String,
     /// `pending`, `delivered` or `dead`.
-    pub state: String,
+    pub state: State,
     /// Finished attempts; replay resets them.
     pub attempts: i64,
     /// `None` once settled, and while held behind an older pending
@@ -401,20 +397,20 @@ fn deliveries(conn: &Connection, id: i64) -> anyhow::Result<Vec<DeliveryRow>> {
 pub struct EventState {
     pub source: String,
     /// The derived state (see [`EventSummary::state`]).
-    pub state: String,
+    pub state: State,
     /// False once retention dropped the body.
     pub has_body: bool,
     /// `(destination, state)` of each delivery, by destination name.
-    pub deliveries: Vec<(String, String)>,
+    pub deliveries: Vec<(String, State)>,
 }
 
 impl EventState {
     /// The state of the event's delivery at `destination`, if it has one.
-    pub fn delivery(&self, destination: &str) -> Option<&str> {
+    pub fn delivery(&self, destination: &str) -> Option<State> {
         self.deliveries
             .iter()
             .find(|(d, _)| d == destination)
-            .map(|(_, s)| s.as_str())
+            .map(|(_, s)| *s)
     }
 }
 
@@ -558,7 +554,7 @@ pub(super) mod tests {
                 .collect::<Vec<_>>(),
             ["chat", "ci", "log"]
         );
-        assert_eq!(d.deliveries[0].state, "dead");
+        assert_eq!(d.deliveries[0].state, State::Dead);
         // An event without deliveries shows none of the stale values.
         let stored = add(&conn, "s", "stored", 20);
         conn.execute(
@@ -612,7 +608,7 @@ pub(super) mod tests {
         assert_eq!(ids(at("nowhere")), Vec::<i64>::new());
         let dead_ci_of_s = EventFilter {
             source: Some("s".into()),
-            state: Some("dead".into()),
+            state: Some(State::Dead),
             ..at("ci")
         };
         // `a` is pending as an event, dead at ci.
@@ -623,9 +619,9 @@ pub(super) mod tests {
             (shown.destination.as_str(), shown.state.as_str()),
             ("ci", "dead")
         );
-        assert_eq!(page.events[0].state, "pending");
+        assert_eq!(page.events[0].state, State::Pending);
         let pending_chat = EventFilter {
-            state: Some("pending".into()),
+            state: Some(State::Pending),
             ..at("chat")
         };
         assert_eq!(ids(pending_chat), [a]);
@@ -653,17 +649,17 @@ pub(super) mod tests {
         let cases = [
             (None, None),
             (Some("s"), None),
-            (Some("s"), Some("pending")),
-            (Some("s"), Some("dead")),
-            (Some("s"), Some("delivered")),
-            (None, Some("dead")),
+            (Some("s"), Some(State::Pending)),
+            (Some("s"), Some(State::Dead)),
+            (Some("s"), Some(State::Delivered)),
+            (None, Some(State::Dead)),
         ];
         for (source, state) in cases {
             for before in [None, Some(100)] {
                 let filter = EventFilter {
                     source: source.map(Into::into),
                     destination: Some("ci".into()),
-                    state: state.map(Into::into),
+                    state,
                     before,
                     limit: 10,
                     ..EventFilter::default()
@@ -719,7 +715,7 @@ pub(super) mod tests {
             .unwrap();
         let filter = EventFilter {
             source: Some("b".into()),
-            state: Some("dead".into()),
+            state: Some(State::Dead),
             since: Some(20),
             until: Some(40),
             limit: 10,
