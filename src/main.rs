@@ -6,8 +6,6 @@ use std::process::ExitCode;
 use clap::Parser as _;
 
 use hookbox::cli::{self, AlertsCommand, Cli, Command};
-use hookbox::dispatch::replay as plan;
-use hookbox::store::models::State;
 use hookbox::telemetry;
 
 fn main() -> ExitCode {
@@ -40,27 +38,17 @@ fn main() -> ExitCode {
             destination,
             since,
             until,
-        } => {
-            let which = match id {
-                Some(id) => Ok(cli::replay::Replay::Event { id, destination }),
-                None if !dead && (source.is_none() || destination.is_none()) => {
-                    Err(anyhow::anyhow!(
-                        "without --dead, name the event (ID) or both --source and --destination"
-                    ))
-                }
-                None => Ok(cli::replay::Replay::Bulk(plan::Bulk {
-                    state: dead.then_some(State::Dead),
-                    source,
-                    destination,
-                    since,
-                    until,
-                })),
-            };
-            cli::report(
-                "replay",
-                which.and_then(|which| cli::replay::run(&config, which)),
-            )
-        }
+        } => cli::replay::run(
+            &config,
+            cli::replay::Request {
+                id,
+                dead,
+                source,
+                destination,
+                since,
+                until,
+            },
+        ),
         Command::Backup { dest, force } => cli::backup::run(&config, &dest, force),
         Command::Events {
             source,

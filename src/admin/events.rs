@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::{AdminState, parse_limit};
 use crate::clock;
-use crate::dispatch::replay::{self as plan, ReplayError};
+use crate::dispatch::replay::{self as plan, BulkError, ReplayError};
 use crate::error::ApiError;
 use crate::store::ReplayFilter;
 use crate::store::StoreError;
@@ -309,25 +309,27 @@ pub async fn replay_many(
     body: Result<Json<ReplayBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
-    let state = match (
-        body.state.as_deref().map(models::State::parse),
-        &body.destination,
-    ) {
-        (Some(Some(s @ (models::State::Dead | models::State::Delivered))), _) => Some(s),
-        (None, Some(_)) => None,
-        (None, None) => return Err(invalid("state: required, \"dead\" or \"delivered\"")),
-        (Some(_), _) => return Err(invalid("state: \"dead\" or \"delivered\"")),
+    const STATE: &str = "state: \"dead\" or \"delivered\"";
+    let state = match body.state.as_deref() {
+        None => None,
+        Some(text) => Some(models::State::parse(text).ok_or_else(|| invalid(STATE))?),
     };
+    // The API's own rule (the CLI replays a destination at every source
+    // that has it); the rest are every caller's (`Bulk::new`).
     if body.destination.is_some() && body.source.is_none() {
         return Err(invalid("destination: needs source"));
     }
-    let bulk = Bulk {
+    let bulk = Bulk::new(
         state,
-        source: body.source,
-        destination: body.destination,
-        since: body.since.map(|t| t.millis("since")).transpose()?,
-        until: body.until.map(|t| t.millis("until")).transpose()?,
-    };
+        body.source,
+        body.destination,
+        body.since.map(|t| t.millis("since")).transpose()?,
+        body.until.map(|t| t.millis("until")).transpose()?,
+    )
+    .map_err(|e| match e {
+        BulkError::NotReplayable(_) => invalid(STATE),
+        BulkError::NoLane => invalid("state: required, \"dead\" or \"delivered\""),
+    })?;
     let replayed = replay_matching(&st, bulk).await?;
     Ok(Json(json!({ "replayed": replayed })))
 }

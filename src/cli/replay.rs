@@ -4,15 +4,30 @@
 //! the admin API; this runs the plan in one transaction and says how many
 //! moved.
 
+use std::process::ExitCode;
+
 use anyhow::Context as _;
 
+use super::report;
 use crate::config::Config;
-use crate::dispatch::replay as plan;
+use crate::dispatch::replay::{self as plan, BulkError};
+use crate::store::models::State;
 use crate::store::queries;
 use crate::store::replay as replay_sql;
 
+/// `hookbox replay`'s arguments, as clap checked them: an ID excludes
+/// `--dead`, `--source`, `--since` and `--until`.
+pub struct Request {
+    pub id: Option<i64>,
+    pub dead: bool,
+    pub source: Option<String>,
+    pub destination: Option<String>,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+}
+
 /// What `hookbox replay` was asked for.
-pub enum Replay {
+enum Replay {
     Event {
         id: i64,
         destination: Option<String>,
@@ -20,8 +35,33 @@ pub enum Replay {
     Bulk(plan::Bulk),
 }
 
-/// Plans and runs the replay, then prints how many deliveries moved.
-pub fn run(config: &Config, which: Replay) -> anyhow::Result<()> {
+/// Exit 1 when the arguments make no replay, the plan refuses it or the
+/// database cannot be written.
+pub fn run(config: &Config, request: Request) -> ExitCode {
+    let which = match request.id {
+        Some(id) => Ok(Replay::Event {
+            id,
+            destination: request.destination,
+        }),
+        None => plan::Bulk::new(
+            request.dead.then_some(State::Dead),
+            request.source,
+            request.destination,
+            request.since,
+            request.until,
+        )
+        .map(Replay::Bulk)
+        .map_err(|e| match e {
+            BulkError::NoLane => anyhow::anyhow!(
+                "without --dead, name the event (ID) or both --source and --destination"
+            ),
+            e @ BulkError::NotReplayable(_) => e.into(),
+        }),
+    };
+    report("replay", which.and_then(|which| replay(config, which)))
+}
+
+fn replay(config: &Config, which: Replay) -> anyhow::Result<()> {
     let mut conn = crate::store::open_for_cli(&config.server.database)?;
     let filters = match &which {
         Replay::Event { id, destination } => {

@@ -6,7 +6,8 @@
 //! plans the replay of one event: every dead or delivered delivery of it
 //! ([`refusal`] says why not), or the one at a named destination, created
 //! when the event never had one there ([`refusal_at`]). [`bulk`] plans a
-//! replay by filter. Both turn into [`ReplayFilter`]s that the caller runs
+//! replay by filter, made by [`Bulk::new`], whose checks ([`BulkError`])
+//! are the same for every caller. Both turn into [`ReplayFilter`]s that the caller runs
 //! in one transaction (the writer's, or the CLI's own connection).
 
 use crate::config::{Config, DeliverConfig};
@@ -130,19 +131,76 @@ pub fn event(
 
 /// A replay by filter: deliveries in a state, of a source or of all, at
 /// one destination or every configured one, of events received in a range.
-#[derive(Debug, Clone, Default)]
+/// Made only by [`Bulk::new`], so every one has passed its checks.
+#[derive(Debug, Clone)]
 pub struct Bulk {
-    /// `dead` or `delivered`. `None` (meant with a destination): both, and
-    /// the destination also gets each event in range that its own filter
-    /// takes and that it never had: how a new destination gets old events.
-    pub state: Option<State>,
-    pub source: Option<String>,
+    /// `dead` or `delivered`. `None` (only with a source and a
+    /// destination): both, and the destination also gets each event in
+    /// range that its own filter takes and that it never had: how a new
+    /// destination gets old events.
+    state: Option<State>,
+    source: Option<String>,
     /// Without `source`: at each source that has a destination of this name.
-    pub destination: Option<String>,
+    destination: Option<String>,
     /// Events received at or after (unix ms).
-    pub since: Option<i64>,
+    since: Option<i64>,
     /// Events received before (unix ms).
-    pub until: Option<i64>,
+    until: Option<i64>,
+}
+
+/// Why arguments make no bulk replay, whatever the config and the store
+/// hold. The admin API and `hookbox replay` share these rules and word
+/// them in their own terms (a JSON field, a flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkError {
+    /// Only dead and delivered deliveries are put back to pending.
+    NotReplayable(State),
+    /// Without a state a replay also creates deliveries, so it must name
+    /// the source and the destination: an empty request must not
+    /// re-deliver the whole inbox.
+    NoLane,
+}
+
+impl std::fmt::Display for BulkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BulkError::NotReplayable(state) => write!(
+                f,
+                "only dead and delivered deliveries can be replayed, not {state} ones"
+            ),
+            BulkError::NoLane => {
+                f.write_str("without a state, name both a source and a destination")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BulkError {}
+
+impl Bulk {
+    /// A bulk replay of deliveries in `state` (see [`BulkError`] for what
+    /// is refused) at `source`'s `destination`, received in
+    /// `since..until`.
+    pub fn new(
+        state: Option<State>,
+        source: Option<String>,
+        destination: Option<String>,
+        since: Option<i64>,
+        until: Option<i64>,
+    ) -> Result<Bulk, BulkError> {
+        match state {
+            Some(s @ (State::Pending | State::Stored)) => return Err(BulkError::NotReplayable(s)),
+            None if source.is_none() || destination.is_none() => return Err(BulkError::NoLane),
+            _ => {}
+        }
+        Ok(Bulk {
+            state,
+            source,
+            destination,
+            since,
+            until,
+        })
+    }
 }
 
 /// What `bulk` asks of the store; an empty list when no source has a
@@ -397,16 +455,15 @@ secrets = ["s"]
     fn a_bulk_replay_without_a_state_gives_the_destination_what_its_filter_takes() {
         let config = config();
         let at = |state: Option<State>, source: Option<&str>, destination: Option<&str>| {
-            bulk(
-                &config,
-                &Bulk {
-                    state,
-                    source: source.map(Into::into),
-                    destination: destination.map(Into::into),
-                    since: Some(5),
-                    until: None,
-                },
+            let checked = Bulk::new(
+                state,
+                source.map(Into::into),
+                destination.map(Into::into),
+                Some(5),
+                None,
             )
+            .unwrap();
+            bulk(&config, &checked)
         };
         let new = at(None, Some("github"), Some("deploy")).unwrap();
         assert_eq!(
@@ -451,6 +508,32 @@ secrets = ["s"]
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_bulk_replay_is_of_dead_or_delivered_deliveries_or_names_its_lane() {
+        let new = |state, source: Option<&str>, destination: Option<&str>| {
+            Bulk::new(
+                state,
+                source.map(Into::into),
+                destination.map(Into::into),
+                None,
+                None,
+            )
+            .map(|_| ())
+        };
+        assert_eq!(new(Some(State::Dead), None, None), Ok(()));
+        assert_eq!(new(Some(State::Delivered), Some("s"), None), Ok(()));
+        assert_eq!(new(None, Some("s"), Some("ci")), Ok(()));
+        for state in [State::Pending, State::Stored] {
+            assert_eq!(
+                new(Some(state), Some("s"), Some("ci")),
+                Err(BulkError::NotReplayable(state))
+            );
+        }
+        assert_eq!(new(None, None, None), Err(BulkError::NoLane));
+        assert_eq!(new(None, Some("s"), None), Err(BulkError::NoLane));
+        assert_eq!(new(None, None, Some("ci")), Err(BulkError::NoLane));
     }
 
     #[test]

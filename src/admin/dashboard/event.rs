@@ -266,12 +266,14 @@ pub(super) async fn replay_dead(
     check_post(&headers, &session, form.csrf.as_deref())?;
     let source = form.source.filter(|s| !s.is_empty());
     let destination = form.destination.filter(|d| !d.is_empty());
-    let bulk = events::Bulk {
-        state: Some(models::State::Dead),
-        source: source.clone(),
-        destination: destination.clone(),
-        ..events::Bulk::default()
-    };
+    let bulk = events::Bulk::new(
+        Some(models::State::Dead),
+        source.clone(),
+        destination.clone(),
+        None,
+        None,
+    )
+    .map_err(|e| ApiError::bad_request("invalid_body", e.to_string()))?;
     let n = events::replay_matching(&st.admin, bulk).await?.to_string();
     let to = link(
         "/dead",
