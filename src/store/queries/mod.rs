@@ -1,5 +1,6 @@
 //! Read-only queries for the admin API and `/metrics`, run on the read pool
-//! through [`super::Store::read`].
+//! through [`super::Store::read`], and for `hookbox events` (`crate::cli`)
+//! on its own read-only connection.
 //!
 //! Handlers never hold SQL: they parse a request into one of the filters
 //! here, call a function, and render what it returns. Every function takes
@@ -92,7 +93,7 @@ pub struct EventPage {
 /// This and the two below sum up an event's deliveries, each a lookup in
 /// the `UNIQUE (event_id, destination)` index, so a page of events costs a
 /// page of them.
-pub(in crate::store) const EVENT_ATTEMPTS: &str =
+const EVENT_ATTEMPTS: &str =
     "coalesce((SELECT sum(x.attempts) FROM deliveries AS x WHERE x.event_id = e.id), 0)";
 
 /// The earliest scheduled attempt of the event's pending deliveries.
@@ -102,7 +103,7 @@ const EVENT_NEXT_ATTEMPT: &str = "(SELECT min(x.next_attempt_at) FROM deliveries
 /// The last error of the delivery whose latest attempt is the most recent,
 /// among those that have one (a delivery that succeeded or was replayed
 /// has none; one migrated without attempts comes last).
-pub(in crate::store) const EVENT_LAST_ERROR: &str = "(SELECT x.last_error FROM deliveries AS x
+const EVENT_LAST_ERROR: &str = "(SELECT x.last_error FROM deliveries AS x
      WHERE x.event_id = e.id AND x.last_error IS NOT NULL
      ORDER BY (SELECT max(a.id) FROM attempts AS a
                WHERE a.event_id = x.event_id AND a.destination = x.destination) DESC NULLS LAST,
