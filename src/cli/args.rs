@@ -52,28 +52,7 @@ pub enum Command {
     /// that its filter takes and that it never had (a new destination
     /// getting old events).
     #[command(group = clap::ArgGroup::new("which").required(true).multiple(true))]
-    Replay {
-        /// The event id (as in the 202 answer).
-        #[arg(group = "which", conflicts_with_all = ["dead", "source", "since", "until"])]
-        id: Option<i64>,
-        /// Every dead delivery (of --source, at --destination, if given).
-        #[arg(long, group = "which")]
-        dead: bool,
-        /// Only events of this source.
-        #[arg(long)]
-        source: Option<String>,
-        /// Only deliveries at this destination. With an ID, its delivery
-        /// there, created if the event never had one.
-        #[arg(long, group = "which")]
-        destination: Option<String>,
-        /// Only events received at or after this time: RFC 3339, a date
-        /// (2026-11-01, UTC) or unix milliseconds.
-        #[arg(long, value_parser = parse_time)]
-        since: Option<i64>,
-        /// Only events received before this time (as --since).
-        #[arg(long, value_parser = parse_time)]
-        until: Option<i64>,
-    },
+    Replay(ReplayArgs),
     /// Write a consistent, checked copy of the database to DEST (a new
     /// file, mode 0600). Safe while the server runs and writes.
     Backup {
@@ -85,29 +64,7 @@ pub enum Command {
     },
     /// List events, newest first. Reads the database read-only, so it works
     /// whether or not the server runs.
-    Events {
-        #[arg(long)]
-        source: Option<String>,
-        /// Only events with a delivery at this destination; STATE,
-        /// ATTEMPTS and LAST ERROR are then that delivery's, and --state
-        /// filters on it.
-        #[arg(long)]
-        destination: Option<String>,
-        #[arg(long, value_parser = state_parser())]
-        state: Option<State>,
-        #[arg(long)]
-        event_type: Option<String>,
-        /// Only events whose body has all these words; `word*` matches a
-        /// prefix (needs `[search] enabled`, the default).
-        #[arg(long)]
-        q: Option<String>,
-        /// Most events to list.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Events(EventsArgs),
     /// Delete dead events for good: those whose last attempt is older than
     /// --older-than (e.g. 30d).
     Purge {
@@ -204,6 +161,58 @@ pub struct ListenArgs {
     /// A PEM CA certificate to trust besides the system's.
     #[arg(long)]
     pub ca: Option<PathBuf>,
+}
+
+/// `hookbox replay`'s arguments: an ID excludes `--dead`, `--source`,
+/// `--since` and `--until`.
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// The event id (as in the 202 answer).
+    #[arg(group = "which", conflicts_with_all = ["dead", "source", "since", "until"])]
+    pub id: Option<i64>,
+    /// Every dead delivery (of --source, at --destination, if given).
+    #[arg(long, group = "which")]
+    pub dead: bool,
+    /// Only events of this source.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Only deliveries at this destination. With an ID, its delivery
+    /// there, created if the event never had one.
+    #[arg(long, group = "which")]
+    pub destination: Option<String>,
+    /// Only events received at or after this time: RFC 3339, a date
+    /// (2026-11-01, UTC) or unix milliseconds.
+    #[arg(long, value_parser = parse_time)]
+    pub since: Option<i64>,
+    /// Only events received before this time (as --since).
+    #[arg(long, value_parser = parse_time)]
+    pub until: Option<i64>,
+}
+
+/// `hookbox events`' flags.
+#[derive(clap::Args)]
+pub struct EventsArgs {
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Only events with a delivery at this destination; STATE,
+    /// ATTEMPTS and LAST ERROR are then that delivery's, and --state
+    /// filters on it.
+    #[arg(long)]
+    pub destination: Option<String>,
+    #[arg(long, value_parser = state_parser())]
+    pub state: Option<State>,
+    #[arg(long)]
+    pub event_type: Option<String>,
+    /// Only events whose body has all these words; `word*` matches a
+    /// prefix (needs `[search] enabled`, the default).
+    #[arg(long)]
+    pub q: Option<String>,
+    /// Most events to list.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl Command {

@@ -11,26 +11,16 @@ use anyhow::Context as _;
 use rusqlite::Connection;
 use serde::Serialize;
 
+use super::EventsArgs;
 use crate::config::Config;
 use crate::store::models::State;
 use crate::store::queries::{self, EventFilter, EventSummary};
 use crate::store::search::SearchQuery;
 
-/// `hookbox events`' flags.
-pub struct Request {
-    pub source: Option<String>,
-    pub destination: Option<String>,
-    pub state: Option<State>,
-    pub event_type: Option<String>,
-    pub q: Option<String>,
-    pub limit: usize,
-    pub json: bool,
-}
-
 /// Exit 2 for flags that cannot go together, 1 when the database cannot
 /// be read.
-pub fn run(config: &Config, request: Request) -> ExitCode {
-    let Request {
+pub fn run(config: &Config, request: EventsArgs) -> ExitCode {
+    let EventsArgs {
         source,
         destination,
         state,

@@ -29,7 +29,9 @@ pub mod purge;
 pub mod replay;
 pub mod serve;
 
-pub use args::{AlertsCommand, Cli, Command, DestinationCommand, ListenArgs};
+pub use args::{
+    AlertsCommand, Cli, Command, DestinationCommand, EventsArgs, ListenArgs, ReplayArgs,
+};
 
 /// The config from `path` (or the default places), with secrets resolved
 /// only when `secrets`; on failure the problems are printed and the exit

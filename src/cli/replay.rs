@@ -8,23 +8,12 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use super::report;
+use super::{ReplayArgs, report};
 use crate::config::Config;
 use crate::dispatch::replay::{self as plan, BulkError};
 use crate::store::models::State;
 use crate::store::queries;
 use crate::store::replay as replay_sql;
-
-/// `hookbox replay`'s arguments, as clap checked them: an ID excludes
-/// `--dead`, `--source`, `--since` and `--until`.
-pub struct Request {
-    pub id: Option<i64>,
-    pub dead: bool,
-    pub source: Option<String>,
-    pub destination: Option<String>,
-    pub since: Option<i64>,
-    pub until: Option<i64>,
-}
 
 /// What `hookbox replay` was asked for.
 enum Replay {
@@ -37,7 +26,7 @@ enum Replay {
 
 /// Exit 1 when the arguments make no replay, the plan refuses it or the
 /// database cannot be written.
-pub fn run(config: &Config, request: Request) -> ExitCode {
+pub fn run(config: &Config, request: ReplayArgs) -> ExitCode {
     let which = match request.id {
         Some(id) => Ok(Replay::Event {
             id,
