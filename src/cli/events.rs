@@ -19,7 +19,7 @@ use crate::store::search::SearchQuery;
 
 /// Exit 2 for flags that cannot go together, 1 when the database cannot
 /// be read.
-pub fn run(config: &Config, request: EventsArgs) -> ExitCode {
+pub fn run(config: &Config, args: EventsArgs) -> ExitCode {
     let EventsArgs {
         source,
         destination,
@@ -28,7 +28,7 @@ pub fn run(config: &Config, request: EventsArgs) -> ExitCode {
         q,
         limit,
         json,
-    } = request;
+    } = args;
     if destination.is_some() && state == Some(State::Stored) {
         eprintln!(
             "hookbox events: a delivery is never stored (that is an event without any); \

@@ -26,18 +26,18 @@ enum Replay {
 
 /// Exit 1 when the arguments make no replay, the plan refuses it or the
 /// database cannot be written.
-pub fn run(config: &Config, request: ReplayArgs) -> ExitCode {
-    let which = match request.id {
+pub fn run(config: &Config, args: ReplayArgs) -> ExitCode {
+    let which = match args.id {
         Some(id) => Ok(Replay::Event {
             id,
-            destination: request.destination,
+            destination: args.destination,
         }),
         None => plan::Bulk::new(
-            request.dead.then_some(State::Dead),
-            request.source,
-            request.destination,
-            request.since,
-            request.until,
+            args.dead.then_some(State::Dead),
+            args.source,
+            args.destination,
+            args.since,
+            args.until,
         )
         .map(Replay::Bulk)
         .map_err(|e| match e {
