@@ -59,6 +59,10 @@
 //! generates the man pages and completions; [`private_file`] writes files
 //! only hookbox's user may read.
 //!
+//! [`cli`] is the `hookbox` command's verbs (`main.rs` only parses and
+//! dispatches): each opens its own connection or runtime and calls the
+//! parts above, and renders what they return for the terminal.
+//!
 //! `docs/src/architecture.md` draws the same system by threads, channels
 //! and connections.
 
@@ -67,6 +71,7 @@ pub mod admin;
 pub mod alerts;
 pub mod app;
 pub mod catchup;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod dispatch;

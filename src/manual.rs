@@ -1,11 +1,12 @@
 //! Man pages and shell completions, generated from the CLI's clap
 //! definitions so they cannot drift from the real flags.
 //!
-//! `main.rs` owns the definitions and hands its `clap::Command` here for
-//! `hookbox man` and `hookbox completions SHELL`. The Debian package ships
-//! copies of this output kept in `dist/` (cargo-deb packages files, it does
-//! not run the binary); `tests/it/manual.rs` fails when those copies differ
-//! from what the binary prints, and names the command that refreshes them.
+//! [`crate::cli::args`] owns the definitions; `cli::manual` hands their
+//! `clap::Command` here for `hookbox man` and `hookbox completions SHELL`.
+//! The Debian package ships copies of this output kept in `dist/`
+//! (cargo-deb packages files, it does not run the binary);
+//! `tests/it/manual.rs` fails when those copies differ from what the
+//! binary prints, and names the command that refreshes them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

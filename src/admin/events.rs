@@ -18,13 +18,12 @@ use serde_json::{Value, json};
 
 use super::{AdminState, parse_limit};
 use crate::clock;
-use crate::dispatch::replay::{self as plan, ReplayError};
+use crate::dispatch::replay::{self as plan, BulkError, ReplayError};
 use crate::error::ApiError;
 use crate::store::ReplayFilter;
 use crate::store::StoreError;
-use crate::store::queries::{
-    self, AttemptRow, DELIVERY_STATES, DeliveryRow, EventFilter, EventSummary, STATES,
-};
+use crate::store::models;
+use crate::store::queries::{self, AttemptRow, DeliveryRow, EventFilter, EventSummary};
 
 pub(super) use plan::Bulk;
 
@@ -48,24 +47,7 @@ pub struct ListParams {
 
 impl ListParams {
     fn filter(self, search_enabled: bool) -> Result<EventFilter, ApiError> {
-        // A delivery is never `stored`: that is an event without any.
-        let states: &[&str] = match self.destination {
-            Some(_) => &DELIVERY_STATES,
-            None => &STATES,
-        };
-        if let Some(state) = &self.state
-            && !states.contains(&state.as_str())
-        {
-            let with = if self.destination.is_some() {
-                " with destination"
-            } else {
-                ""
-            };
-            return Err(invalid(format!(
-                "state: must be one of {}{with}",
-                states.join(", ")
-            )));
-        }
+        let state = super::parse_state(self.state.as_deref(), self.destination.is_some())?;
         let before = match self.before.as_deref() {
             None => None,
             Some(v) => Some(
@@ -96,7 +78,7 @@ impl ListParams {
             before,
             source: self.source,
             destination: self.destination,
-            state: self.state,
+            state,
             event_type: self.event_type,
         })
     }
@@ -327,22 +309,27 @@ pub async fn replay_many(
     body: Result<Json<ReplayBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
-    let state = match (body.state.as_deref(), &body.destination) {
-        (Some(s @ ("dead" | "delivered")), _) => Some(s.to_owned()),
-        (None, Some(_)) => None,
-        (None, None) => return Err(invalid("state: required, \"dead\" or \"delivered\"")),
-        (Some(_), _) => return Err(invalid("state: \"dead\" or \"delivered\"")),
+    const STATE: &str = "state: \"dead\" or \"delivered\"";
+    let state = match body.state.as_deref() {
+        None => None,
+        Some(text) => Some(models::State::parse(text).ok_or_else(|| invalid(STATE))?),
     };
+    // The API's own rule (the CLI replays a destination at every source
+    // that has it); the rest are every caller's (`Bulk::new`).
     if body.destination.is_some() && body.source.is_none() {
         return Err(invalid("destination: needs source"));
     }
-    let bulk = Bulk {
+    let bulk = Bulk::new(
         state,
-        source: body.source,
-        destination: body.destination,
-        since: body.since.map(|t| t.millis("since")).transpose()?,
-        until: body.until.map(|t| t.millis("until")).transpose()?,
-    };
+        body.source,
+        body.destination,
+        body.since.map(|t| t.millis("since")).transpose()?,
+        body.until.map(|t| t.millis("until")).transpose()?,
+    )
+    .map_err(|e| match e {
+        BulkError::NotReplayable(_) => invalid(STATE),
+        BulkError::NoLane => invalid("state: required, \"dead\" or \"delivered\""),
+    })?;
     let replayed = replay_matching(&st, bulk).await?;
     Ok(Json(json!({ "replayed": replayed })))
 }

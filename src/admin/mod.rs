@@ -38,6 +38,7 @@ use crate::catchup::CatchupHandle;
 use crate::config::{Config, Secret};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::store::models;
 use crate::store::search::SearchQuery;
 use crate::store::{Store, WriterHandle};
 
@@ -75,6 +76,38 @@ pub(crate) fn search_query(enabled: bool, q: &str) -> Result<SearchQuery, ApiErr
         ));
     }
     SearchQuery::parse(q).map_err(|e| ApiError::bad_request("invalid_filter", e.to_string()))
+}
+
+/// `state=` as the listings take it, parsed once here so that nothing
+/// past the edge compares strings. With a destination the state is its
+/// delivery's, which is never `stored` (an event without any is).
+pub(crate) fn parse_state(
+    value: Option<&str>,
+    with_destination: bool,
+) -> Result<Option<models::State>, ApiError> {
+    let Some(text) = value else {
+        return Ok(None);
+    };
+    let states: &[models::State] = if with_destination {
+        &models::State::DELIVERY
+    } else {
+        &models::State::ALL
+    };
+    match models::State::parse(text) {
+        Some(state) if states.contains(&state) => Ok(Some(state)),
+        _ => {
+            let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+            let with = if with_destination {
+                " with destination"
+            } else {
+                ""
+            };
+            Err(ApiError::bad_request(
+                "invalid_filter",
+                format!("state: must be one of {}{with}", names.join(", ")),
+            ))
+        }
+    }
 }
 
 impl AdminState {

@@ -6,12 +6,14 @@
 //! plans the replay of one event: every dead or delivered delivery of it
 //! ([`refusal`] says why not), or the one at a named destination, created
 //! when the event never had one there ([`refusal_at`]). [`bulk`] plans a
-//! replay by filter. Both turn into [`ReplayFilter`]s that the caller runs
+//! replay by filter, made by [`Bulk::new`], whose checks ([`BulkError`])
+//! are the same for every caller. Both turn into [`ReplayFilter`]s that the caller runs
 //! in one transaction (the writer's, or the CLI's own connection).
 
 use crate::config::route::Filter;
 use crate::config::{Config, DeliverConfig};
 use crate::store::ReplayFilter;
+use crate::store::models::State;
 use crate::store::queries::EventState;
 
 /// Why a replay cannot run, by kind: the API answers 404 for the first
@@ -129,19 +131,76 @@ pub fn event(
 
 /// A replay by filter: deliveries in a state, of a source or of all, at
 /// one destination or every configured one, of events received in a range.
-#[derive(Debug, Clone, Default)]
+/// Made only by [`Bulk::new`], so every one has passed its checks.
+#[derive(Debug, Clone)]
 pub struct Bulk {
-    /// `dead` or `delivered`. `None` (meant with a destination): both, and
-    /// the destination also gets each event in range that its own filter
-    /// takes and that it never had: how a new destination gets old events.
-    pub state: Option<String>,
-    pub source: Option<String>,
+    /// `dead` or `delivered`. `None` (only with a source and a
+    /// destination): both, and the destination also gets each event in
+    /// range that its own filter takes and that it never had: how a new
+    /// destination gets old events.
+    state: Option<State>,
+    source: Option<String>,
     /// Without `source`: at each source that has a destination of this name.
-    pub destination: Option<String>,
+    destination: Option<String>,
     /// Events received at or after (unix ms).
-    pub since: Option<i64>,
+    since: Option<i64>,
     /// Events received before (unix ms).
-    pub until: Option<i64>,
+    until: Option<i64>,
+}
+
+/// Why arguments make no bulk replay, whatever the config and the store
+/// hold. The admin API and `hookbox replay` share these rules and word
+/// them in their own terms (a JSON field, a flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkError {
+    /// Only dead and delivered deliveries are put back to pending.
+    NotReplayable(State),
+    /// Without a state a replay also creates deliveries, so it must name
+    /// the source and the destination: an empty request must not
+    /// re-deliver the whole inbox.
+    NoLane,
+}
+
+impl std::fmt::Display for BulkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BulkError::NotReplayable(state) => write!(
+                f,
+                "only dead and delivered deliveries can be replayed, not {state} ones"
+            ),
+            BulkError::NoLane => {
+                f.write_str("without a state, name both a source and a destination")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BulkError {}
+
+impl Bulk {
+    /// A bulk replay of deliveries in `state` (see [`BulkError`] for what
+    /// is refused) at `source`'s `destination`, received in
+    /// `since..until`.
+    pub fn new(
+        state: Option<State>,
+        source: Option<String>,
+        destination: Option<String>,
+        since: Option<i64>,
+        until: Option<i64>,
+    ) -> Result<Bulk, BulkError> {
+        match state {
+            Some(s @ (State::Pending | State::Stored)) => return Err(BulkError::NotReplayable(s)),
+            None if source.is_none() || destination.is_none() => return Err(BulkError::NoLane),
+            _ => {}
+        }
+        Ok(Bulk {
+            state,
+            source,
+            destination,
+            since,
+            until,
+        })
+    }
 }
 
 /// What `bulk` asks of the store; an empty list when no source has a
@@ -194,7 +253,7 @@ pub fn bulk(config: &Config, bulk: &Bulk) -> Result<Vec<ReplayFilter>, ReplayErr
             filters.push(ReplayFilter {
                 source: Some(source.clone()),
                 destination: Some(destination),
-                state: bulk.state.clone(),
+                state: bulk.state,
                 since: bulk.since,
                 until: bulk.until,
                 create,
@@ -215,16 +274,16 @@ pub fn refusal(
     id: i64,
     configured: &[String],
 ) -> Option<(&'static str, String)> {
-    let here = |state: &str| {
+    let here = |state: State| {
         event
             .deliveries
             .iter()
-            .any(|(d, s)| s == state && configured.contains(d))
+            .any(|(d, s)| *s == state && configured.contains(d))
     };
-    if here("dead") || here("delivered") {
+    if here(State::Dead) || here(State::Delivered) {
         return (!event.has_body).then(|| body_dropped(id));
     }
-    if here("pending") {
+    if here(State::Pending) {
         return Some((
             "already_pending",
             format!(
@@ -255,7 +314,7 @@ pub fn refusal_at(
     id: i64,
     destination: &str,
 ) -> Option<(&'static str, String)> {
-    if event.delivery(destination) == Some("pending") {
+    if event.delivery(destination) == Some(State::Pending) {
         return Some((
             "already_pending",
             format!("event {id} is already pending at destination {destination:?}"),
@@ -278,14 +337,14 @@ fn body_dropped(id: i64) -> (&'static str, String) {
 mod tests {
     use super::*;
 
-    fn event(deliveries: &[(&str, &str)], has_body: bool) -> EventState {
+    fn event(deliveries: &[(&str, State)], has_body: bool) -> EventState {
         EventState {
             source: "s".into(),
-            state: "dead".into(),
+            state: State::Dead,
             has_body,
             deliveries: deliveries
                 .iter()
-                .map(|(d, s)| ((*d).to_owned(), (*s).to_owned()))
+                .map(|(d, s)| ((*d).to_owned(), *s))
                 .collect(),
         }
     }
@@ -297,16 +356,25 @@ mod tests {
     #[test]
     fn an_event_replays_when_a_configured_delivery_is_dead_or_delivered() {
         let reason =
-            |d: &[(&str, &str)], body| refusal(&event(d, body), 7, &configured()).map(|(r, _)| r);
-        assert_eq!(reason(&[("ci", "dead")], true), None);
-        assert_eq!(reason(&[("ci", "delivered")], true), None);
+            |d: &[(&str, State)], body| refusal(&event(d, body), 7, &configured()).map(|(r, _)| r);
+        assert_eq!(reason(&[("ci", State::Dead)], true), None);
+        assert_eq!(reason(&[("ci", State::Delivered)], true), None);
         // Pending elsewhere does not hide a dead delivery.
-        assert_eq!(reason(&[("chat", "dead"), ("ci", "pending")], true), None);
-        assert_eq!(reason(&[("ci", "dead")], false), Some("body_dropped"));
-        assert_eq!(reason(&[("ci", "pending")], true), Some("already_pending"));
+        assert_eq!(
+            reason(&[("chat", State::Dead), ("ci", State::Pending)], true),
+            None
+        );
+        assert_eq!(reason(&[("ci", State::Dead)], false), Some("body_dropped"));
+        assert_eq!(
+            reason(&[("ci", State::Pending)], true),
+            Some("already_pending")
+        );
         assert_eq!(reason(&[], true), Some("not_replayable"));
         // A destination gone from the config is not dispatched: not replayed.
-        assert_eq!(reason(&[("old", "dead")], true), Some("not_replayable"));
+        assert_eq!(
+            reason(&[("old", State::Dead)], true),
+            Some("not_replayable")
+        );
     }
 
     fn config() -> Config {
@@ -334,14 +402,14 @@ secrets = ["s"]
     }
 
     /// `(source, destination, state, creates, creates every event)` of each filter.
-    fn shape(filters: &[ReplayFilter]) -> Vec<(String, String, Option<String>, bool, bool)> {
+    fn shape(filters: &[ReplayFilter]) -> Vec<(String, String, Option<State>, bool, bool)> {
         filters
             .iter()
             .map(|f| {
                 (
                     f.source.clone().unwrap(),
                     f.destination.clone().unwrap(),
-                    f.state.clone(),
+                    f.state,
                     f.create.is_some(),
                     f.create.as_ref().is_some_and(Filter::is_empty),
                 )
@@ -352,7 +420,7 @@ secrets = ["s"]
     #[test]
     fn one_event_replays_at_each_configured_destination_or_the_one_named() {
         let config = config();
-        let mut e = event(&[("ci", "dead")], true);
+        let mut e = event(&[("ci", State::Dead)], true);
         e.source = "github".into();
         let all = super::event(&config, &e, 7, None).unwrap();
         assert_eq!(
@@ -386,17 +454,16 @@ secrets = ["s"]
     #[test]
     fn a_bulk_replay_without_a_state_gives_the_destination_what_its_filter_takes() {
         let config = config();
-        let at = |state: Option<&str>, source: Option<&str>, destination: Option<&str>| {
-            bulk(
-                &config,
-                &Bulk {
-                    state: state.map(Into::into),
-                    source: source.map(Into::into),
-                    destination: destination.map(Into::into),
-                    since: Some(5),
-                    until: None,
-                },
+        let at = |state: Option<State>, source: Option<&str>, destination: Option<&str>| {
+            let checked = Bulk::new(
+                state,
+                source.map(Into::into),
+                destination.map(Into::into),
+                Some(5),
+                None,
             )
+            .unwrap();
+            bulk(&config, &checked)
         };
         let new = at(None, Some("github"), Some("deploy")).unwrap();
         assert_eq!(
@@ -404,34 +471,34 @@ secrets = ["s"]
             [("github".into(), "deploy".into(), None, true, false)]
         );
         assert_eq!(new[0].since, Some(5));
-        let dead = at(Some("dead"), Some("github"), Some("deploy")).unwrap();
+        let dead = at(Some(State::Dead), Some("github"), Some("deploy")).unwrap();
         assert_eq!(
             shape(&dead),
             [(
                 "github".into(),
                 "deploy".into(),
-                Some("dead".into()),
+                Some(State::Dead),
                 false,
                 false
             )]
         );
         // Every source: only those with destinations, each destination.
-        assert_eq!(at(Some("dead"), None, None).unwrap().len(), 2);
+        assert_eq!(at(Some(State::Dead), None, None).unwrap().len(), 2);
         // A destination without a source: each source that has it.
         assert_eq!(
-            shape(&at(Some("dead"), None, Some("ci")).unwrap())[0].1,
+            shape(&at(Some(State::Dead), None, Some("ci")).unwrap())[0].1,
             "ci"
         );
         assert!(matches!(
-            at(Some("dead"), None, Some("nope")),
+            at(Some(State::Dead), None, Some("nope")),
             Err(ReplayError::UnknownDestination { source: None, .. })
         ));
         assert!(matches!(
-            at(Some("dead"), Some("nope"), None),
+            at(Some(State::Dead), Some("nope"), None),
             Err(ReplayError::UnknownSource(_))
         ));
         assert!(matches!(
-            at(Some("dead"), Some("inbox"), None),
+            at(Some(State::Dead), Some("inbox"), None),
             Err(ReplayError::NoDestination(_))
         ));
         assert!(matches!(
@@ -444,14 +511,40 @@ secrets = ["s"]
     }
 
     #[test]
+    fn a_bulk_replay_is_of_dead_or_delivered_deliveries_or_names_its_lane() {
+        let new = |state, source: Option<&str>, destination: Option<&str>| {
+            Bulk::new(
+                state,
+                source.map(Into::into),
+                destination.map(Into::into),
+                None,
+                None,
+            )
+            .map(|_| ())
+        };
+        assert_eq!(new(Some(State::Dead), None, None), Ok(()));
+        assert_eq!(new(Some(State::Delivered), Some("s"), None), Ok(()));
+        assert_eq!(new(None, Some("s"), Some("ci")), Ok(()));
+        for state in [State::Pending, State::Stored] {
+            assert_eq!(
+                new(Some(state), Some("s"), Some("ci")),
+                Err(BulkError::NotReplayable(state))
+            );
+        }
+        assert_eq!(new(None, None, None), Err(BulkError::NoLane));
+        assert_eq!(new(None, Some("s"), None), Err(BulkError::NoLane));
+        assert_eq!(new(None, None, Some("ci")), Err(BulkError::NoLane));
+    }
+
+    #[test]
     fn a_named_destination_replays_unless_its_delivery_is_pending() {
-        let e = event(&[("chat", "dead"), ("ci", "pending")], true);
+        let e = event(&[("chat", State::Dead), ("ci", State::Pending)], true);
         assert_eq!(refusal_at(&e, 7, "chat"), None);
         assert_eq!(refusal_at(&e, 7, "never").map(|(r, _)| r), None);
         let (reason, message) = refusal_at(&e, 7, "ci").unwrap();
         assert_eq!(reason, "already_pending");
         assert!(message.contains("\"ci\""), "{message}");
-        let emptied = event(&[("chat", "delivered")], false);
+        let emptied = event(&[("chat", State::Delivered)], false);
         assert_eq!(
             refusal_at(&emptied, 7, "never").map(|(r, _)| r),
             Some("body_dropped")

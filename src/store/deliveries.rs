@@ -52,6 +52,8 @@
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension as _, params};
 
+use super::models::State;
+
 /// One claim of a delivery: its token settles, renews or releases it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Lease {
@@ -377,9 +379,9 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
         return Ok(());
     };
     let (state, next, delivered_at) = match r.settled {
-        Settled::Delivered => ("delivered", None, Some(now)),
-        Settled::Retry(at) => ("pending", Some(at), None),
-        Settled::Dead => ("dead", None, None),
+        Settled::Delivered => (State::Delivered, None, Some(now)),
+        Settled::Retry(at) => (State::Pending, Some(at), None),
+        Settled::Dead => (State::Dead, None, None),
     };
     // `Some(keyed)` when it settled.
     let settled: Option<bool> = conn
@@ -405,7 +407,7 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
     let Some(keyed) = settled else {
         return Ok(());
     };
-    if state == "pending" {
+    if state == State::Pending {
         return Ok(());
     }
     if keyed {

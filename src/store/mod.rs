@@ -15,7 +15,6 @@ mod error;
 mod ingest;
 pub mod ip_sets;
 pub mod jobs;
-pub mod listing;
 pub mod lock;
 pub mod models;
 pub mod orphans;

@@ -1,9 +1,14 @@
 //! Row types shared by the writer and the readers.
 
 use bytes::Bytes;
+use rusqlite::ToSql;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
+use serde::Serialize;
 
-/// Where an event stands. Stored as lowercase text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where an event or a delivery stands. Stored as lowercase text, and
+/// serialised the same way, so the API shows the column's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum State {
     /// Waiting for (another) dispatch attempt.
     Pending,
@@ -15,6 +20,17 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in the order the API and the dashboard list them.
+    pub const ALL: [State; 4] = [State::Pending, State::Delivered, State::Dead, State::Stored];
+
+    /// The states a delivery can be in: an event without any is `stored`.
+    pub const DELIVERY: [State; 3] = [State::Pending, State::Delivered, State::Dead];
+
+    /// The state `text` names (as [`State::as_str`] writes it), if any.
+    pub fn parse(text: &str) -> Option<State> {
+        State::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             State::Pending => "pending",
@@ -22,6 +38,28 @@ impl State {
             State::Dead => "dead",
             State::Stored => "stored",
         }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ToSql for State {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+/// A `state` column holding anything else is a corrupt row: an error, not
+/// a guess.
+impl FromSql for State {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let text = value.as_str()?;
+        State::parse(text)
+            .ok_or_else(|| FromSqlError::Other(format!("unknown state {text:?}").into()))
     }
 }
 
@@ -79,4 +117,28 @@ pub enum Inserted {
     New(i64),
     /// The `(source, delivery_id)` was already stored under this row id.
     Duplicate(i64),
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use super::*;
+
+    #[test]
+    fn a_state_reads_back_as_written_and_an_unknown_one_is_an_error() {
+        let conn = Connection::open_in_memory().unwrap();
+        for state in State::ALL {
+            let back: State = conn.query_row("SELECT ?1", [state], |r| r.get(0)).unwrap();
+            assert_eq!(back, state);
+            assert_eq!(State::parse(state.as_str()), Some(state));
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::json!(state.as_str())
+            );
+        }
+        assert_eq!(State::parse("Dead"), None);
+        let odd = conn.query_row("SELECT 'gone'", [], |r| r.get::<_, State>(0));
+        assert!(odd.is_err());
+    }
 }

@@ -16,6 +16,7 @@ use anyhow::Context;
 use rusqlite::{Connection, params};
 
 use super::deliveries;
+use super::models::State;
 use crate::config::route::{Body, Filter};
 
 /// What replay should pick up.
@@ -26,7 +27,7 @@ pub struct ReplayFilter {
     /// Only this destination's deliveries (of `source`, when set).
     pub destination: Option<String>,
     /// `dead` or `delivered`: the delivery's state; `None` means both.
-    pub state: Option<String>,
+    pub state: Option<State>,
     /// Only events received at or after this (unix ms).
     pub since: Option<i64>,
     /// Only events received before this (unix ms).

@@ -112,16 +112,10 @@ impl SearchQuery {
         })
     }
 
-    /// The FTS5 expression, to bind where [`matching`] puts its `?`.
+    /// The FTS5 expression, to bind to `events_fts MATCH ?`.
     pub fn expression(&self) -> &str {
         &self.expression
     }
-}
-
-/// A clause keeping the rows whose `id_column` is an event whose body
-/// matches the expression bound to `param` (`?`, `?6`).
-pub(in crate::store) fn matching(id_column: &str, param: &str) -> String {
-    format!("{id_column} IN (SELECT rowid FROM events_fts WHERE events_fts MATCH {param})")
 }
 
 /// The text of `body` that is indexed: `None` unless it is UTF-8; at most
@@ -293,6 +287,12 @@ mod tests {
         conn.pragma_update(None, "foreign_keys", "ON").unwrap();
         super::super::schema::apply(&mut conn).unwrap();
         conn
+    }
+
+    /// A clause keeping the rows whose `id_column` is an event whose body
+    /// matches the expression bound to `param`.
+    fn matching(id_column: &str, param: &str) -> String {
+        format!("{id_column} IN (SELECT rowid FROM events_fts WHERE events_fts MATCH {param})")
     }
 
     fn add(conn: &Connection, body: &[u8]) -> i64 {

@@ -22,6 +22,7 @@ use super::view::{self, excerpt, link, opt_time, state, time};
 use super::{Dashboard, PageError};
 use crate::admin::events;
 use crate::error::ApiError;
+use crate::store::models;
 use crate::store::queries::{self, DeliveryRow};
 
 #[derive(Debug, Deserialize)]
@@ -53,7 +54,7 @@ pub(super) async fn detail(
     let replayable = |row: &DeliveryRow| {
         has_body
             && configured.contains(&row.destination)
-            && matches!(row.state.as_str(), "dead" | "delivered")
+            && matches!(row.state, models::State::Dead | models::State::Delivered)
     };
     let any_replayable = d.deliveries.iter().any(replayable);
     let never: Vec<&String> = configured
@@ -77,11 +78,11 @@ pub(super) async fn detail(
             tr { th { "Source" } td { (e.source) } }
             tr { th { "Delivery id" } td { code { (e.delivery_id) } } }
             tr { th { "Event type" } td { (e.event_type.as_deref().unwrap_or("-")) } }
-            tr { th { "State" } td { (state(&e.state)) } }
+            tr { th { "State" } td { (state(e.state)) } }
             tr { th { "Received" } td { (time(e.received_at)) " (via " (e.origin) ")" } }
             tr { th { "Attempts" } td { (e.attempts) } }
             tr { th { "Next attempt" } td {
-                @if e.state == "pending" && e.next_attempt_at.is_none() {
+                @if e.state == models::State::Pending && e.next_attempt_at.is_none() {
                     "after the older pending event of its order key"
                 } @else { (opt_time(e.next_attempt_at)) }
             } }
@@ -105,10 +106,10 @@ pub(super) async fn detail(
                             (row.destination)
                             @if !configured.contains(&row.destination) { " (not in the config: kept, not dispatched)" }
                         }
-                        td { (state(&row.state)) }
+                        td { (state(row.state)) }
                         td.n { (row.attempts) }
                         td {
-                            @if row.state == "pending" && row.next_attempt_at.is_none() {
+                            @if row.state == models::State::Pending && row.next_attempt_at.is_none() {
                                 "after the older pending event of its order key"
                             } @else { (opt_time(row.next_attempt_at)) }
                         }
@@ -265,12 +266,14 @@ pub(super) async fn replay_dead(
     check_post(&headers, &session, form.csrf.as_deref())?;
     let source = form.source.filter(|s| !s.is_empty());
     let destination = form.destination.filter(|d| !d.is_empty());
-    let bulk = events::Bulk {
-        state: Some("dead".to_owned()),
-        source: source.clone(),
-        destination: destination.clone(),
-        ..events::Bulk::default()
-    };
+    let bulk = events::Bulk::new(
+        Some(models::State::Dead),
+        source.clone(),
+        destination.clone(),
+        None,
+        None,
+    )
+    .map_err(|e| ApiError::bad_request("invalid_body", e.to_string()))?;
     let n = events::replay_matching(&st.admin, bulk).await?.to_string();
     let to = link(
         "/dead",

@@ -16,7 +16,8 @@ use super::{Dashboard, PageError};
 use crate::admin::DEFAULT_LIMIT;
 use crate::error::ApiError;
 use crate::store::counters;
-use crate::store::queries::{self, DELIVERY_STATES, EventFilter, EventPage, EventSummary, STATES};
+use crate::store::models;
+use crate::store::queries::{self, EventFilter, EventPage, EventSummary};
 
 /// Longest error excerpt in a table cell.
 pub(super) const MAX_EXCERPT: usize = 120;
@@ -52,14 +53,14 @@ pub(super) async fn overview(
     let traffic = traffic::bucket(now, &counts, &configured);
     let content = html! {
         table {
-            tr { th { "Source" } @for s in STATES { th { (s) } } th { "Oldest pending" } }
+            tr { th { "Source" } @for s in models::State::ALL { th { (s) } } th { "Oldest pending" } }
             @for s in &sources {
                 tr {
                     td { a href=(link("/events", &[("source", Some(&s.source))])) { (s.source) } }
-                    @for state in STATES {
+                    @for state in models::State::ALL {
                         td.n {
-                            a href=(link("/events", &[("source", Some(&s.source)), ("state", Some(state))])) {
-                                (s.counts.get(state).copied().unwrap_or(0))
+                            a href=(link("/events", &[("source", Some(&s.source)), ("state", Some(state.as_str()))])) {
+                                (s.counts.get(state.as_str()).copied().unwrap_or(0))
                             }
                         }
                     }
@@ -77,12 +78,12 @@ pub(super) async fn overview(
                                     st.admin.board.get(&s.source, name), now, &session.csrf))
                             }
                         }
-                        @for (state, n) in [("pending", d.pending), ("delivered", d.delivered), ("dead", d.dead)] {
+                        @for (state, n) in [(models::State::Pending, d.pending), (models::State::Delivered, d.delivered), (models::State::Dead, d.dead)] {
                             td.n {
                                 a href=(link(
-                                    if state == "dead" { "/dead" } else { "/events" },
+                                    if state == models::State::Dead { "/dead" } else { "/events" },
                                     &[("source", Some(&s.source)), ("destination", Some(name)),
-                                      ("state", Some(state).filter(|s| *s != "dead"))],
+                                      ("state", Some(state.as_str()).filter(|_| state != models::State::Dead))],
                                 )) { (n) }
                             }
                         }
@@ -93,7 +94,7 @@ pub(super) async fn overview(
             }
             tr {
                 th { "All" }
-                @for state in STATES { th.n { (totals.get(state as &str).copied().unwrap_or(0)) } }
+                @for state in models::State::ALL { th.n { (totals.get(state.as_str()).copied().unwrap_or(0)) } }
                 th.n { (age(oldest)) }
             }
         }
@@ -126,19 +127,8 @@ impl ListQuery {
         let q = set(&self.q)
             .map(|q| st.admin.search_query(&q))
             .transpose()?;
-        let state = set(&self.state);
         let destination = set(&self.destination);
-        // With a destination, the state is its delivery's: never `stored`.
-        let states: &[&str] = match destination {
-            Some(_) => &DELIVERY_STATES,
-            None => &STATES,
-        };
-        if let Some(s) = &state
-            && !states.contains(&s.as_str())
-        {
-            let detail = format!("state: must be one of {}", states.join(", "));
-            return Err(ApiError::bad_request("invalid_filter", detail));
-        }
+        let state = crate::admin::parse_state(set(&self.state).as_deref(), destination.is_some())?;
         let before = match set(&self.before) {
             None => None,
             Some(v) => Some(v.parse::<i64>().ok().filter(|id| *id > 0).ok_or_else(|| {
@@ -201,7 +191,7 @@ pub(super) async fn inbox(
             label { "State"
                 select name="state" {
                     option value="" { "any" }
-                    @for s in STATES { option value=(s) selected[filter.state.as_deref() == Some(s)] { (s) } }
+                    @for s in models::State::ALL { option value=(s) selected[filter.state == Some(s)] { (s) } }
                 }
             }
             label { "Event type" input type="text" name="event_type" value=[filter.event_type.as_deref()]; }
@@ -215,7 +205,7 @@ pub(super) async fn inbox(
             p.found {
                 @if page.events.is_empty() { "No event" } @else { "Events" }
                 " whose body has " b { (q) } ". "
-                a href=(link("/events", &[("source", filter.source.as_deref()), ("destination", filter.destination.as_deref()), ("state", filter.state.as_deref()), ("event_type", filter.event_type.as_deref())])) { "Clear the search" }
+                a href=(link("/events", &[("source", filter.source.as_deref()), ("destination", filter.destination.as_deref()), ("state", filter.state.map(models::State::as_str)), ("event_type", filter.event_type.as_deref())])) { "Clear the search" }
             }
         }
         (events_table(&page.events, None))
@@ -234,7 +224,7 @@ pub(super) async fn dead(
 ) -> Result<Markup, PageError> {
     let query = parse_query(query)?;
     let mut filter = query.filter(&st)?;
-    filter.state = Some("dead".to_owned());
+    filter.state = Some(models::State::Dead);
     let notice = query
         .replayed
         .as_deref()
@@ -316,7 +306,12 @@ fn older_link(path: &str, f: &EventFilter, q: Option<&str>, next: Option<i64>) -
         &[
             ("source", f.source.as_deref()),
             ("destination", f.destination.as_deref()),
-            ("state", f.state.as_deref().filter(|_| path == "/events")),
+            (
+                "state",
+                f.state
+                    .map(models::State::as_str)
+                    .filter(|_| path == "/events"),
+            ),
             ("event_type", f.event_type.as_deref()),
             ("q", q.filter(|q| !q.trim().is_empty())),
             ("before", Some(&next)),
@@ -341,8 +336,8 @@ fn events_table(events: &[EventSummary], csrf: Option<&str>) -> Markup {
                 }
                 @for e in events {
                     @let (shown_state, attempts, last_error) = match &e.delivery {
-                        Some(d) => (&d.state, d.attempts, &d.last_error),
-                        None => (&e.state, e.attempts, &e.last_error),
+                        Some(d) => (d.state, d.attempts, &d.last_error),
+                        None => (e.state, e.attempts, &e.last_error),
                     };
                     tr {
                         td.n { a href={ "/events/" (e.id) } { (e.id) } }

@@ -6,6 +6,7 @@
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::CSS;
+use crate::store::models::State;
 
 /// A whole page: the navigation (with a logout button when `csrf` is
 /// given), an optional notice, and `content`.
@@ -103,8 +104,8 @@ pub(super) fn opt_time(ms: Option<i64>) -> String {
     ms.map(time).unwrap_or_else(|| "-".to_owned())
 }
 
-/// An event's state, coloured.
-pub(super) fn state(state: &str) -> Markup {
+/// An event's or a delivery's state, coloured.
+pub(super) fn state(state: State) -> Markup {
     html! { span class={ "state " (state) } { (state) } }
 }
 
@@ -173,10 +174,10 @@ mod tests {
             "<x-title>",
             Some("c\"srf"),
             Some("<script>"),
-            html! { (state("<x-state>")) },
+            html! { (state(State::Dead)) },
         )
         .into_string();
-        for raw in ["<script>", "<x-title>", "<x-state>"] {
+        for raw in ["<script>", "<x-title>"] {
             assert!(!html.contains(raw), "{raw} in {html}");
         }
         assert!(html.contains("&lt;script&gt;") && html.contains("c&quot;srf"));

@@ -365,7 +365,7 @@ fn an_expired_lease_makes_the_event_due_again_and_replay_resets_it() {
     };
     record(&conn, &dead, 60).unwrap();
     let filter = ReplayFilter {
-        state: Some("dead".into()),
+        state: Some(State::Dead),
         ..ReplayFilter::default()
     };
     assert_eq!(replay(&conn, &filter, 70).unwrap(), 1);
@@ -385,7 +385,7 @@ fn replay_by_time_range_moves_only_events_received_in_it() {
         .collect();
     set_all(&conn, "dead");
     let filter = ReplayFilter {
-        state: Some("dead".into()),
+        state: Some(State::Dead),
         since: Some(100),
         until: Some(300),
         ..ReplayFilter::default()

@@ -1,5 +1,6 @@
 //! Read-only queries for the admin API and `/metrics`, run on the read pool
-//! through [`super::Store::read`].
+//! through [`super::Store::read`], and for `hookbox events` (`crate::cli`)
+//! on its own read-only connection.
 //!
 //! Handlers never hold SQL: they parse a request into one of the filters
 //! here, call a function, and render what it returns. Every function takes
@@ -20,6 +21,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 
+use super::models::State;
 use super::search::SearchQuery;
 
 mod stats;
@@ -29,12 +31,6 @@ pub use stats::{
     lane_counts, last_catchup_runs, metrics_snapshot, oldest_pending, source_stats,
 };
 
-/// The states an event can be in, in the order the API lists them.
-pub const STATES: [&str; 4] = ["pending", "delivered", "dead", "stored"];
-
-/// The states a delivery can be in (an event without any is `stored`).
-pub const DELIVERY_STATES: [&str; 3] = ["pending", "delivered", "dead"];
-
 /// Which events to list, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
@@ -42,7 +38,8 @@ pub struct EventFilter {
     /// Only events with a delivery at this destination; `state` is then
     /// that delivery's state.
     pub destination: Option<String>,
-    pub state: Option<String>,
+    /// Never [`State::Stored`] with a destination: the edge refuses it.
+    pub state: Option<State>,
     pub event_type: Option<String>,
     /// `received_at >= since`.
     pub since: Option<i64>,
@@ -70,7 +67,7 @@ pub struct EventSummary {
     pub received_at: i64,
     /// Derived from the deliveries: `pending` while any is, else `dead` if
     /// any is, else `delivered`; `stored` with none.
-    pub state: String,
+    pub state: State,
     /// Finished attempts over every destination.
     pub attempts: i64,
     /// The earliest scheduled attempt of a pending delivery.
@@ -96,7 +93,7 @@ pub struct EventPage {
 /// This and the two below sum up an event's deliveries, each a lookup in
 /// the `UNIQUE (event_id, destination)` index, so a page of events costs a
 /// page of them.
-pub(in crate::store) const EVENT_ATTEMPTS: &str =
+const EVENT_ATTEMPTS: &str =
     "coalesce((SELECT sum(x.attempts) FROM deliveries AS x WHERE x.event_id = e.id), 0)";
 
 /// The earliest scheduled attempt of the event's pending deliveries.
@@ -106,7 +103,7 @@ const EVENT_NEXT_ATTEMPT: &str = "(SELECT min(x.next_attempt_at) FROM deliveries
 /// The last error of the delivery whose latest attempt is the most recent,
 /// among those that have one (a delivery that succeeded or was replayed
 /// has none; one migrated without attempts comes last).
-pub(in crate::store) const EVENT_LAST_ERROR: &str = "(SELECT x.last_error FROM deliveries AS x
+const EVENT_LAST_ERROR: &str = "(SELECT x.last_error FROM deliveries AS x
      WHERE x.event_id = e.id AND x.last_error IS NOT NULL
      ORDER BY (SELECT max(a.id) FROM attempts AS a
                WHERE a.event_id = x.event_id AND a.destination = x.destination) DESC NULLS LAST,
@@ -219,14 +216,14 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
         (None, Some(_)) => "d.event_id",
     };
     let text_clauses = [
-        (format!("{at}.source"), &filter.source),
-        (format!("{at}.state"), &filter.state),
-        ("e.event_type".to_owned(), &filter.event_type),
+        (format!("{at}.source"), filter.source.as_deref()),
+        (format!("{at}.state"), filter.state.map(State::as_str)),
+        ("e.event_type".to_owned(), filter.event_type.as_deref()),
     ];
     for (column, value) in text_clauses {
         if let Some(v) = value {
             sql.push_str(&format!(" AND {column} = ?"));
-            args.push(SqlValue::Text(v.clone()));
+            args.push(SqlValue::Text(v.to_owned()));
         }
     }
     let int_clauses = [
@@ -302,7 +299,7 @@ pub struct EventDetail {
 pub struct DeliveryRow {
     pub destination: String,
     /// `pending`, `delivered` or `dead`.
-    pub state: String,
+    pub state: State,
     /// Finished attempts; replay resets them.
     pub attempts: i64,
     /// `None` once settled, and while held behind an older pending
@@ -401,20 +398,20 @@ fn deliveries(conn: &Connection, id: i64) -> anyhow::Result<Vec<DeliveryRow>> {
 pub struct EventState {
     pub source: String,
     /// The derived state (see [`EventSummary::state`]).
-    pub state: String,
+    pub state: State,
     /// False once retention dropped the body.
     pub has_body: bool,
     /// `(destination, state)` of each delivery, by destination name.
-    pub deliveries: Vec<(String, String)>,
+    pub deliveries: Vec<(String, State)>,
 }
 
 impl EventState {
     /// The state of the event's delivery at `destination`, if it has one.
-    pub fn delivery(&self, destination: &str) -> Option<&str> {
+    pub fn delivery(&self, destination: &str) -> Option<State> {
         self.deliveries
             .iter()
             .find(|(d, _)| d == destination)
-            .map(|(_, s)| s.as_str())
+            .map(|(_, s)| *s)
     }
 }
 
@@ -558,7 +555,7 @@ pub(super) mod tests {
                 .collect::<Vec<_>>(),
             ["chat", "ci", "log"]
         );
-        assert_eq!(d.deliveries[0].state, "dead");
+        assert_eq!(d.deliveries[0].state, State::Dead);
         // An event without deliveries shows none of the stale values.
         let stored = add(&conn, "s", "stored", 20);
         conn.execute(
@@ -612,7 +609,7 @@ pub(super) mod tests {
         assert_eq!(ids(at("nowhere")), Vec::<i64>::new());
         let dead_ci_of_s = EventFilter {
             source: Some("s".into()),
-            state: Some("dead".into()),
+            state: Some(State::Dead),
             ..at("ci")
         };
         // `a` is pending as an event, dead at ci.
@@ -623,9 +620,9 @@ pub(super) mod tests {
             (shown.destination.as_str(), shown.state.as_str()),
             ("ci", "dead")
         );
-        assert_eq!(page.events[0].state, "pending");
+        assert_eq!(page.events[0].state, State::Pending);
         let pending_chat = EventFilter {
-            state: Some("pending".into()),
+            state: Some(State::Pending),
             ..at("chat")
         };
         assert_eq!(ids(pending_chat), [a]);
@@ -653,17 +650,17 @@ pub(super) mod tests {
         let cases = [
             (None, None),
             (Some("s"), None),
-            (Some("s"), Some("pending")),
-            (Some("s"), Some("dead")),
-            (Some("s"), Some("delivered")),
-            (None, Some("dead")),
+            (Some("s"), Some(State::Pending)),
+            (Some("s"), Some(State::Dead)),
+            (Some("s"), Some(State::Delivered)),
+            (None, Some(State::Dead)),
         ];
         for (source, state) in cases {
             for before in [None, Some(100)] {
                 let filter = EventFilter {
                     source: source.map(Into::into),
                     destination: Some("ci".into()),
-                    state: state.map(Into::into),
+                    state,
                     before,
                     limit: 10,
                     ..EventFilter::default()
@@ -719,7 +716,7 @@ pub(super) mod tests {
             .unwrap();
         let filter = EventFilter {
             source: Some("b".into()),
-            state: Some("dead".into()),
+            state: Some(State::Dead),
             since: Some(20),
             until: Some(40),
             limit: 10,

@@ -6,7 +6,7 @@ use anyhow::Context;
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
-use super::STATES;
+use crate::store::models::State;
 
 /// One source's counts for `/api/stats`.
 #[derive(Debug, Clone, Serialize)]
@@ -50,7 +50,10 @@ pub fn source_stats(
     fn entry<'a>(map: &'a mut BTreeMap<String, SourceStats>, source: &str) -> &'a mut SourceStats {
         map.entry(source.to_owned()).or_insert_with(|| SourceStats {
             source: source.to_owned(),
-            counts: STATES.iter().map(|s| ((*s).to_owned(), 0)).collect(),
+            counts: State::ALL
+                .iter()
+                .map(|s| (s.as_str().to_owned(), 0))
+                .collect(),
             oldest_pending_age_seconds: None,
             destinations: BTreeMap::new(),
         })

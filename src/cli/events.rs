@@ -1,115 +1,124 @@
-//! `hookbox events`: the inbox as the CLI lists it, newest first.
-//!
-//! [`list`] is plain SQL over any connection; the CLI gives it a
-//! read-only one ([`super::open_read_only`]), so listing works whether or
-//! not the server runs and never takes the write lock. [`render_table`]
-//! and [`render_json_lines`] turn the rows into what the command prints.
-//! (The admin API has its own queries with cursor paging; this stays small.)
+//! `hookbox events`: the inbox listed on a read-only connection, so it
+//! works whether or not a server runs and never takes the write lock.
+//! The query is the admin API's (`queries::list_events`, one page); turning
+//! its rows into a table or JSON lines is this module's, as rendering
+//! belongs to the CLI rather than the store.
 
+use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
-use anyhow::Context;
-use rusqlite::{Connection, params};
+use anyhow::Context as _;
+use rusqlite::Connection;
 use serde::Serialize;
 
-use super::queries::{EVENT_ATTEMPTS, EVENT_LAST_ERROR};
-use super::search::{self, SearchQuery};
+use super::EventsArgs;
+use crate::config::Config;
+use crate::store::models::State;
+use crate::store::queries::{self, EventFilter, EventSummary};
+use crate::store::search::SearchQuery;
 
-/// Which events to list.
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    pub source: Option<String>,
-    /// Only events with a delivery there; the listing then shows that
-    /// delivery's state, attempts and last error.
-    pub destination: Option<String>,
-    /// `pending`, `delivered`, `dead` or `stored` (the delivery's state,
-    /// never `stored`, with a destination).
-    pub state: Option<String>,
-    pub event_type: Option<String>,
-    /// Only events whose body has these words.
-    pub q: Option<SearchQuery>,
-    pub limit: usize,
+/// Exit 2 for flags that cannot go together, 1 when the database cannot
+/// be read.
+pub fn run(config: &Config, args: EventsArgs) -> ExitCode {
+    let EventsArgs {
+        source,
+        destination,
+        state,
+        event_type,
+        q,
+        limit,
+        json,
+    } = args;
+    if destination.is_some() && state == Some(State::Stored) {
+        eprintln!(
+            "hookbox events: a delivery is never stored (that is an event without any); \
+             leave out --destination to list stored events"
+        );
+        return ExitCode::from(2);
+    }
+    let q = match q.map(|q| search_query(config, &q)).transpose() {
+        Ok(q) => q,
+        Err(reason) => {
+            eprintln!("hookbox events: --{reason}");
+            return ExitCode::from(2);
+        }
+    };
+    let filter = EventFilter {
+        source,
+        destination,
+        state,
+        event_type,
+        q,
+        limit,
+        ..EventFilter::default()
+    };
+    super::report("events", events(config, &filter, json))
 }
 
-/// One line of the listing.
+/// `--q` as the listing takes it, or why not.
+fn search_query(config: &Config, q: &str) -> Result<SearchQuery, String> {
+    if !config.search.enabled {
+        return Err("q: search is off in this config ([search] enabled = false)".to_owned());
+    }
+    SearchQuery::parse(q).map_err(|e| e.to_string())
+}
+
+fn events(config: &Config, filter: &EventFilter, json: bool) -> anyhow::Result<()> {
+    let conn = crate::store::open_read_only(&config.server.database)?;
+    let rows = list(&conn, filter)?;
+    if json {
+        print!("{}", render_json_lines(&rows)?);
+    } else {
+        print!("{}", render_table(&rows));
+    }
+    Ok(())
+}
+
+/// One line of the listing; its fields, in this order, are what `--json`
+/// prints.
 #[derive(Debug, Clone, Serialize)]
-pub struct EventSummary {
-    pub id: i64,
+struct Row {
+    id: i64,
     /// RFC 3339, UTC, milliseconds.
-    pub received_at: String,
-    pub source: String,
+    received_at: String,
+    source: String,
     /// With a destination filter, this and the two after are the
     /// delivery's; otherwise the event's, over all its deliveries.
-    pub state: String,
-    pub attempts: i64,
-    pub event_type: Option<String>,
-    pub delivery_id: String,
-    pub last_error: Option<String>,
+    state: State,
+    attempts: i64,
+    event_type: Option<String>,
+    delivery_id: String,
+    last_error: Option<String>,
     /// The destination filtered on, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub destination: Option<String>,
+    destination: Option<String>,
 }
 
-/// The newest `filter.limit` events matching `filter`. The event's
-/// attempts and last error come from its deliveries (see
-/// [`super::queries`]); with a destination, from its delivery there,
-/// walking `UNIQUE (event_id, destination)` backwards.
-pub fn list(conn: &Connection, filter: &ListFilter) -> anyhow::Result<Vec<EventSummary>> {
-    // ?6 is bound either way, as ?5 is below.
-    let searched = match filter.q {
-        Some(_) => search::matching("e.id", "?6"),
-        None => "?6 IS NULL".to_owned(),
-    };
-    let sql = match filter.destination {
-        None => format!(
-            "SELECT e.id, e.received_at, e.source, e.state, {EVENT_ATTEMPTS}, e.event_type,
-                    e.delivery_id, {EVENT_LAST_ERROR}
-             FROM events AS e
-             WHERE (?1 IS NULL OR e.source = ?1)
-               AND (?2 IS NULL OR e.state = ?2)
-               AND (?3 IS NULL OR e.event_type = ?3)
-               AND ?5 IS NULL -- binds the same parameters as the other form
-               AND {searched}
-             ORDER BY e.id DESC LIMIT ?4"
-        ),
-        Some(_) => format!(
-            "SELECT e.id, e.received_at, e.source, d.state, d.attempts, e.event_type,
-                    e.delivery_id, d.last_error
-             FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
-             WHERE d.destination = ?5
-               AND (?1 IS NULL OR d.source = ?1)
-               AND (?2 IS NULL OR d.state = ?2)
-               AND (?3 IS NULL OR e.event_type = ?3)
-               AND {searched}
-             ORDER BY d.event_id DESC LIMIT ?4"
-        ),
-    };
-    conn.prepare_cached(&sql)?
-        .query_map(
-            params![
-                filter.source,
-                filter.state,
-                filter.event_type,
-                filter.limit as i64,
-                filter.destination,
-                filter.q.as_ref().map(SearchQuery::expression),
-            ],
-            |r| {
-                Ok(EventSummary {
-                    id: r.get(0)?,
-                    received_at: rfc3339_ms(r.get(1)?),
-                    source: r.get(2)?,
-                    state: r.get(3)?,
-                    attempts: r.get(4)?,
-                    event_type: r.get(5)?,
-                    delivery_id: r.get(6)?,
-                    last_error: r.get(7)?,
-                    destination: filter.destination.clone(),
-                })
-            },
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .context("listing events")
+impl From<EventSummary> for Row {
+    fn from(e: EventSummary) -> Row {
+        let (state, attempts, last_error, destination) = match e.delivery {
+            Some(d) => (d.state, d.attempts, d.last_error, Some(d.destination)),
+            None => (e.state, e.attempts, e.last_error, None),
+        };
+        Row {
+            id: e.id,
+            received_at: rfc3339_ms(e.received_at),
+            source: e.source,
+            state,
+            attempts,
+            event_type: e.event_type,
+            delivery_id: e.delivery_id,
+            last_error,
+            destination,
+        }
+    }
+}
+
+/// The newest `filter.limit` events matching `filter`: the first page of
+/// the API's listing.
+fn list(conn: &Connection, filter: &EventFilter) -> anyhow::Result<Vec<Row>> {
+    let page = queries::list_events(conn, filter).context("listing events")?;
+    Ok(page.events.into_iter().map(Row::from).collect())
 }
 
 fn rfc3339_ms(unix_ms: i64) -> String {
@@ -118,7 +127,7 @@ fn rfc3339_ms(unix_ms: i64) -> String {
 }
 
 /// One JSON object per line.
-pub fn render_json_lines(rows: &[EventSummary]) -> anyhow::Result<String> {
+fn render_json_lines(rows: &[Row]) -> anyhow::Result<String> {
     let mut out = String::new();
     for row in rows {
         out.push_str(&serde_json::to_string(row).context("rendering an event as JSON")?);
@@ -135,7 +144,7 @@ const MAX_ERROR: usize = 60;
 /// An aligned table with a header line. Provider-supplied text is cut to
 /// length and stripped of control characters, so a crafted delivery id
 /// cannot move the cursor or recolour the terminal.
-pub fn render_table(rows: &[EventSummary]) -> String {
+fn render_table(rows: &[Row]) -> String {
     let header = [
         "ID",
         "RECEIVED",
@@ -153,7 +162,7 @@ pub fn render_table(rows: &[EventSummary]) -> String {
                 r.id.to_string(),
                 r.received_at.clone(),
                 clean(&r.source, MAX_TEXT),
-                r.state.clone(),
+                r.state.to_string(),
                 r.attempts.to_string(),
                 clean(r.event_type.as_deref().unwrap_or("-"), MAX_TEXT),
                 clean(&r.delivery_id, MAX_TEXT),
@@ -199,11 +208,13 @@ fn clean(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use rusqlite::params;
+
     use super::*;
 
     fn db() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
+        crate::store::schema::apply(&mut conn).unwrap();
         for (i, (source, state, kind)) in [
             ("github", "delivered", "push"),
             ("github", "dead", "issues"),
@@ -232,25 +243,25 @@ mod tests {
         conn
     }
 
-    fn ids(rows: &[EventSummary]) -> Vec<i64> {
+    fn ids(rows: &[Row]) -> Vec<i64> {
         rows.iter().map(|r| r.id).collect()
     }
 
     #[test]
     fn filters_combine_and_the_newest_come_first() {
         let conn = db();
-        let all = ListFilter {
+        let all = EventFilter {
             limit: 10,
-            ..ListFilter::default()
+            ..EventFilter::default()
         };
         assert_eq!(ids(&list(&conn, &all).unwrap()), [4, 3, 2, 1]);
-        let dead_github = ListFilter {
+        let dead_github = EventFilter {
             source: Some("github".into()),
-            state: Some("dead".into()),
+            state: Some(State::Dead),
             ..all.clone()
         };
         assert_eq!(ids(&list(&conn, &dead_github).unwrap()), [4, 2]);
-        let pushes = ListFilter {
+        let pushes = EventFilter {
             event_type: Some("push".into()),
             limit: 1,
             ..all
@@ -270,38 +281,38 @@ mod tests {
             [],
         )
         .unwrap();
-        let at_ci = ListFilter {
+        let at_ci = EventFilter {
             destination: Some("ci".into()),
             limit: 10,
-            ..ListFilter::default()
+            ..EventFilter::default()
         };
         let rows = list(&conn, &at_ci).unwrap();
         assert_eq!(ids(&rows), [1]);
         assert_eq!(
             (
-                rows[0].state.as_str(),
+                rows[0].state,
                 rows[0].attempts,
                 rows[0].last_error.as_deref()
             ),
-            ("dead", 5, Some("HTTP 500"))
+            (State::Dead, 5, Some("HTTP 500"))
         );
         assert_eq!(rows[0].destination.as_deref(), Some("ci"));
-        let delivered_at_ci = ListFilter {
-            state: Some("delivered".into()),
+        let delivered_at_ci = EventFilter {
+            state: Some(State::Delivered),
             ..at_ci.clone()
         };
         assert!(list(&conn, &delivered_at_ci).unwrap().is_empty());
         // Without a destination: the event, over all its deliveries.
         let all = list(
             &conn,
-            &ListFilter {
+            &EventFilter {
                 limit: 10,
-                ..ListFilter::default()
+                ..EventFilter::default()
             },
         )
         .unwrap();
         let one = all.iter().find(|r| r.id == 1).unwrap();
-        assert_eq!((one.state.as_str(), one.attempts), ("delivered", 7));
+        assert_eq!((one.state, one.attempts), (State::Delivered, 7));
         assert_eq!(one.last_error.as_deref(), Some("HTTP 500"));
         assert_eq!(one.destination, None);
         let json = render_json_lines(&rows).unwrap();
@@ -319,9 +330,9 @@ mod tests {
         .unwrap();
         let rows = list(
             &conn,
-            &ListFilter {
+            &EventFilter {
                 limit: 10,
-                ..ListFilter::default()
+                ..EventFilter::default()
             },
         )
         .unwrap();

@@ -1,0 +1,64 @@
+//! `hookbox destination pause|resume|list`: manual pauses for planned
+//! maintenance, written straight to the database so they work whether or
+//! not a server runs (a running one reads them within 2 s). The pause rows
+//! are `store::pauses`'s.
+
+use anyhow::Context as _;
+
+use super::DestinationCommand;
+use crate::config::Config;
+use crate::store::pauses::{self, Cause, Pause, PauseOp};
+
+/// Lists the pauses, or sets or lifts one at a destination the config has.
+pub fn run(config: &Config, cmd: DestinationCommand) -> anyhow::Result<()> {
+    let mut conn = crate::store::open_for_cli(&config.server.database)?;
+    let (source, name, pause) = match cmd {
+        DestinationCommand::List => {
+            let all = pauses::load(&conn)?;
+            if all.is_empty() {
+                println!("no destination is paused");
+            }
+            for p in all {
+                let by = match p.cause {
+                    Cause::Manual => "by hand",
+                    Cause::Breaker => "by its circuit breaker",
+                };
+                let since = crate::clock::format_ms(p.since);
+                println!("{}/{}: paused {by} since {since}", p.source, p.destination);
+            }
+            return Ok(());
+        }
+        DestinationCommand::Pause { source, name } => (source, name, true),
+        DestinationCommand::Resume { source, name } => (source, name, false),
+    };
+    let known = config
+        .source(&source)
+        .ok_or_else(|| anyhow::anyhow!("no source {source:?} in the config"))?;
+    anyhow::ensure!(
+        known.destinations.iter().any(|d| d.name == name),
+        "source {source:?} has no destination {name:?} in the config"
+    );
+    let op = if pause {
+        PauseOp::Set(Pause {
+            source: source.clone(),
+            destination: name.clone(),
+            cause: Cause::Manual,
+            since: crate::clock::now_ms(),
+            next_probe_at: None,
+        })
+    } else {
+        PauseOp::Lift {
+            source: source.clone(),
+            destination: name.clone(),
+            cause: Cause::Manual,
+        }
+    };
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .context("starting the change")?;
+    pauses::apply(&tx, &op)?;
+    tx.commit().context("committing the change")?;
+    let done = if pause { "paused" } else { "resumed" };
+    println!("{source}/{name} {done}; a running server acts on it within 2 s");
+    Ok(())
+}
