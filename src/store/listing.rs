@@ -202,8 +202,7 @@ mod tests {
     use super::*;
 
     fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
+        let conn = crate::store::test_support::db();
         for (i, (source, state, kind)) in [
             ("github", "delivered", "push"),
             ("github", "dead", "issues"),

@@ -276,13 +276,7 @@ fn index_after(conn: &Connection, after: i64) -> anyhow::Result<(usize, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
-        conn
-    }
+    use crate::store::test_support::db_with_foreign_keys as db;
 
     fn add(conn: &Connection, body: &[u8]) -> i64 {
         conn.execute(
