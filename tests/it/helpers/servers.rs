@@ -1,8 +1,9 @@
 //! Loopback HTTP servers for the tests: [`Downstream`], an axum server
 //! that records every request hookbox delivers (headers, body, arrival)
 //! and answers per a script; and the plumbing the fake provider APIs
-//! share ([`serve_loopback`]).
+//! share ([`serve_loopback`], [`query_pairs`]).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::net::TcpListener;
@@ -277,6 +278,18 @@ pub async fn serve_loopback(
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     (addr, serve(listener, router(addr)))
+}
+
+/// The query string of `uri` as name -> value, with `[` and `]` decoded
+/// (Stripe's `created[gte]`).
+pub fn query_pairs(uri: &Uri) -> HashMap<String, String> {
+    let decode = |s: &str| s.replace("%5B", "[").replace("%5D", "]");
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (decode(k), decode(v)))
+        .collect()
 }
 
 /// Verifies a forwarded request the way the user's app would, with
