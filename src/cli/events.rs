@@ -213,8 +213,7 @@ mod tests {
     use super::*;
 
     fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::schema::apply(&mut conn).unwrap();
+        let conn = crate::store::test_support::db();
         for (i, (source, state, kind)) in [
             ("github", "delivered", "push"),
             ("github", "dead", "issues"),

@@ -175,12 +175,7 @@ pub fn since(conn: &Connection, since: i64) -> anyhow::Result<Vec<HourCounts>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
-        conn
-    }
+    use crate::store::test_support::db;
 
     #[test]
     fn hours_start_on_the_hour_even_before_1970() {

@@ -43,8 +43,7 @@ mod tests {
 
     #[test]
     fn a_saved_set_replaces_the_previous_one() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
+        let mut conn = crate::store::test_support::db();
         assert_eq!(load(&conn, "github").unwrap(), None);
         for (ranges, at) in [("[\"10.0.0.0/8\"]", 1), ("[\"192.0.2.0/24\"]", 2)] {
             let tx = conn.transaction().unwrap();

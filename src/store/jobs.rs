@@ -339,12 +339,7 @@ pub fn recent_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
-        conn
-    }
+    use crate::store::test_support::db;
 
     fn lock(conn: &Connection, holder: &str, now: i64) -> bool {
         let op = Op::Lock {

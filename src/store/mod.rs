@@ -27,6 +27,8 @@ pub mod retention;
 pub mod schema;
 pub mod search;
 mod syncer;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

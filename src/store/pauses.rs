@@ -122,8 +122,7 @@ mod tests {
 
     #[test]
     fn pauses_are_kept_by_cause_and_lifted_one_cause_at_a_time() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
+        let mut conn = crate::store::test_support::db();
         let ops = [
             PauseOp::Set(pause(Cause::Breaker, 10, Some(40))),
             PauseOp::Set(pause(Cause::Manual, 20, None)),

@@ -251,6 +251,7 @@ pub fn list(conn: &Connection, filter: &RejectionFilter) -> anyhow::Result<Rejec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_support::db;
 
     fn rejection(n: i64, source: &str) -> Rejection {
         Rejection {
@@ -267,12 +268,6 @@ mod tests {
                 ..Detail::default()
             },
         }
-    }
-
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
-        conn
     }
 
     fn flush(conn: &mut Connection, rows: &[Rejection], keep: i64) {

@@ -306,13 +306,7 @@ pub fn purge_dead(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
-        conn
-    }
+    use crate::store::test_support::db_with_foreign_keys as db;
 
     /// Adds an event; `at` is both its arrival and (when delivered) delivery.
     fn add(conn: &Connection, key: &str, state: &str, at: i64) -> i64 {

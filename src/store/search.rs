@@ -281,13 +281,7 @@ fn index_after(conn: &Connection, after: i64, rows: usize) -> anyhow::Result<(us
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
-        conn
-    }
+    use crate::store::test_support::db_with_foreign_keys as db;
 
     /// A clause keeping the rows whose `id_column` is an event whose body
     /// matches the expression bound to `param`.

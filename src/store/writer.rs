@@ -877,8 +877,7 @@ mod tests {
     }
 
     fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        super::super::schema::apply(&mut conn).unwrap();
+        let conn = crate::store::test_support::db();
         // One row the database refuses, as a constraint would.
         conn.execute_batch(
             "CREATE TRIGGER refuse_poison BEFORE INSERT ON events

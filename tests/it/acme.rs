@@ -22,7 +22,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
 
-use crate::helpers::{ADMIN_TOKEN, GITHUB_SECRET, free_addr, github_request};
+use crate::helpers::{ADMIN_TOKEN, GITHUB_SECRET, free_addr, github_request, hookbox};
 
 const DOMAIN: &str = "hooks.example.test";
 /// An order against pebble without sleeps takes about a second.
@@ -256,12 +256,8 @@ impl Hookbox {
         )
         .unwrap();
         let log = dir.join(format!("hookbox-{run}.log"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_hookbox"));
-        command
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env_remove("HOOKBOX_CONFIG")
-            .env_remove("RUST_LOG");
+        let mut command = hookbox();
+        command.args(["serve", "--config"]).arg(&config);
         Hookbox {
             process: spawn(&mut command, &log),
             log,

@@ -1,6 +1,6 @@
 //! The admin listener: token auth, the JSON API, and that none of it is
 //! reachable on the public port. Replay runs against the recording
-//! downstream of `deliver.rs`; the generated token is checked through the
+//! downstream of `helpers::Downstream`; the generated token is checked through the
 //! real binary, whose log must name the file and never hold the token.
 
 use std::collections::HashSet;
@@ -9,9 +9,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::deliver::{
-    Downstream, Reply, deliver_source, post_event, url_destination, wait_for_state,
-};
 use crate::helpers::*;
 
 /// A github source without a destination: events are `stored`.
@@ -439,11 +436,8 @@ async fn stats_count_per_source_and_state_and_catch_up_runs_are_listed() {
 
 /// A GitHub API whose hook has no deliveries at all.
 async fn empty_github() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let router = axum::Router::new().fallback(|| async { axum::Json(json!([])) });
-    let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    (addr, task)
+    serve_loopback(|_| router).await
 }
 
 #[tokio::test]
@@ -484,14 +478,6 @@ async fn a_catch_up_pass_runs_on_demand_and_is_listed() {
 
 // ------------------------------------------------- generated token ---
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Runs `hookbox serve` until it answers on the admin port, then checks
 /// `token` is accepted, stops it with SIGTERM and returns its log.
 async fn serve_once(
@@ -499,11 +485,10 @@ async fn serve_once(
     admin_port: u16,
     token_file: &std::path::Path,
 ) -> (String, String) {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let child = tokio::process::Command::from(hookbox())
         .args(["serve", "--config"])
         .arg(config)
         .env("RUST_LOG", "hookbox=debug")
-        .env_remove("HOOKBOX_CONFIG")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)

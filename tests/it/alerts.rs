@@ -1,5 +1,5 @@
 //! Alerts end to end: the real server on loopback, a real database, and
-//! local HTTP receivers (`deliver::Downstream`) standing in for Slack,
+//! local HTTP receivers (`helpers::Downstream`) standing in for Slack,
 //! Discord, ntfy and a JSON webhook. The JSON one is verified with the
 //! official Standard Webhooks Python library (`standardwebhooks`, which
 //! `.ci/run` installs). Deliveries go dead at once here: the destination
@@ -8,7 +8,6 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::deliver::{Downstream, Hit, PATIENCE, Reply, SIGNING_SECRET, eventually};
 use crate::helpers::*;
 
 /// A GitHub source whose destination refuses everything for good.
@@ -354,7 +353,7 @@ async fn alerts_test(config: &str) -> (bool, String, String) {
         ),
     )
     .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let out = tokio::process::Command::from(hookbox())
         .args(["alerts", "test", "--config"])
         .arg(&path)
         .stdin(Stdio::null())
@@ -434,7 +433,7 @@ fn check_hides_alert_urls_and_commands_without_secrets_skip_alerts() {
     )
     .unwrap();
     let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"))
+        hookbox()
             .args(args)
             .arg("--config")
             .arg(&path)

@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,45 +11,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 use tokio::task::JoinHandle;
 
-use crate::helpers::{GITHUB_SOURCE, TestApp};
-
-/// The `hookbox` binary with `--config` pointing at a file that names
-/// `db` as the database; nothing from the environment leaks in.
-pub fn cli(db: &Path) -> Command {
-    let config = db.with_file_name("cli.toml");
-    std::fs::write(
-        &config,
-        format!("[server]\ndatabase = {:?}\n", db.display().to_string()),
-    )
-    .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
-    for var in [
-        "GITHUB_WEBHOOK_SECRET",
-        "STRIPE_WEBHOOK_SECRET",
-        "SHOPIFY_WEBHOOK_SECRET",
-        "STANDARD_WEBHOOK_SECRET",
-        "HOOKBOX_CONFIG",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.arg("--config").arg(config);
-    cmd
-}
-
-/// Runs a prepared command off the async runtime, so load keeps flowing.
-pub async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-pub fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use crate::helpers::{GITHUB_SOURCE, TestApp, cli, hookbox, run, text};
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -333,8 +294,7 @@ fn check_prints_retention_and_backup_and_names_each_bad_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hookbox.toml");
     std::fs::write(&path, "[backup]\ndir = \"/var/backups/hookbox\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hookbox"))
-        .env_remove("HOOKBOX_CONFIG")
+    let out = hookbox()
         .args(["check", "--config"])
         .arg(&path)
         .output()
@@ -357,8 +317,7 @@ fn check_prints_retention_and_backup_and_names_each_bad_key() {
         "[retention]\nbody_days = 10\nkey_days = 3\n[backup]\nkeep = 0\ninterval = \"0s\"\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hookbox"))
-        .env_remove("HOOKBOX_CONFIG")
+    let out = hookbox()
         .args(["check", "--config"])
         .arg(&path)
         .output()

@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
 
+use crate::helpers::hookbox;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -327,11 +329,9 @@ fn the_readme_example_config_passes_hookbox_check() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("hookbox.toml");
     std::fs::write(&config, &readme[start..end]).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let out = hookbox()
         .args(["check", "--config"])
         .arg(&config)
-        .env_remove("HOOKBOX_CONFIG")
-        .env_remove("STATE_DIRECTORY")
         .env("GITHUB_WEBHOOK_SECRET", "a-long-random-test-secret")
         .env(
             "CI_SIGNING_SECRET",

@@ -13,9 +13,6 @@ use rusqlite::params;
 use serde_json::{Value, json};
 
 use crate::dashboard::{get, login};
-use crate::deliver::{
-    Downstream, Reply, deliver_source, eventually, post_event, url_destination, wait_for_state,
-};
 use crate::helpers::*;
 
 const HOUR_MS: i64 = 60 * 60 * 1000;

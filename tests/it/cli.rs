@@ -2,24 +2,7 @@
 //! the others that only read or copy the database; and its global
 //! `--log-format`.
 
-use std::process::Command;
-
-/// The binary, with nothing from the test environment that could enable
-/// a default source or pick a config.
-pub(crate) fn hookbox() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
-    // Nothing from the test environment may enable a default source.
-    for var in [
-        "GITHUB_WEBHOOK_SECRET",
-        "STRIPE_WEBHOOK_SECRET",
-        "SHOPIFY_WEBHOOK_SECRET",
-        "STANDARD_WEBHOOK_SECRET",
-        "HOOKBOX_CONFIG",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd
-}
+use crate::helpers::hookbox;
 
 #[test]
 fn check_prints_the_effective_config_with_secrets_redacted() {
@@ -175,7 +158,6 @@ fn log_format_json_writes_one_json_object_per_line() {
     .unwrap();
     let log = dir.path().join("hookbox.log");
     let mut child = hookbox()
-        .env_remove("RUST_LOG")
         .args(["--log-format", "json", "serve", "--config"])
         .arg(&config)
         .stderr(std::fs::File::create(&log).unwrap())

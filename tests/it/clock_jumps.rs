@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 const HOUR_MS: i64 = 3_600_000;

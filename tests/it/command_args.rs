@@ -2,7 +2,6 @@
 //! each element is filled in from the event and stays one argument, so a
 //! value that looks like an option or holds shell syntax is only data.
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 /// Writes each of its arguments on a line of `$1/args`, as received.

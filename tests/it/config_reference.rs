@@ -12,9 +12,10 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use hookbox::config::RawConfig;
+
+use crate::helpers::hookbox;
 
 /// A key no config type has; serde's refusal of it lists the real ones.
 const PROBE: &str = "__hookbox_probe__";
@@ -293,11 +294,9 @@ fn references(text: &str, prefix: &str) -> BTreeSet<String> {
 fn the_example_config_loads_with_hookbox_check() {
     let text = read("config.example.toml");
     let creds = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
+    let mut cmd = hookbox();
     cmd.args(["check", "--config"])
         .arg(repo_file("config.example.toml"))
-        .env_remove("HOOKBOX_CONFIG")
-        .env_remove("STATE_DIRECTORY")
         .env("CREDENTIALS_DIRECTORY", creds.path());
     let env_vars = references(&text, "env:");
     for var in &env_vars {

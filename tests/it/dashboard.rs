@@ -8,7 +8,6 @@ pub mod browser;
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
 use reqwest::redirect::Policy;
 
-use crate::deliver::{Downstream, Reply, deliver_source, url_destination, wait_for_state};
 use crate::helpers::*;
 
 pub const SCRIPT: &str = "<script>alert(1)</script>";
@@ -307,7 +306,7 @@ async fn replay_needs_the_csrf_token_and_a_same_site_request() {
         assert_eq!(r.status(), 403);
     }
     assert_eq!(
-        crate::deliver::event_row(&app.db_path, one).state,
+        crate::helpers::event_row(&app.db_path, one).state,
         "dead",
         "a refused POST changed nothing"
     );
@@ -323,7 +322,7 @@ async fn replay_needs_the_csrf_token_and_a_same_site_request() {
         .unwrap();
     assert_eq!(r.status(), 303);
     assert_eq!(r.headers()[LOCATION], format!("/events/{one}?replayed=1"));
-    let state = crate::deliver::event_row(&app.db_path, one).state;
+    let state = crate::helpers::event_row(&app.db_path, one).state;
     assert!(state == "pending" || state == "delivered", "{state}");
     wait_for_state(&app.db_path, one, "delivered").await;
     let page = get(&app, &format!("/events/{one}?replayed=1"), &session.cookie).await;

@@ -169,7 +169,7 @@ backoff_cap = "5s"
 concurrency = 16
 breaker_failures = 0
 "#,
-        crate::deliver::SIGNING_SECRET
+        crate::helpers::SIGNING_SECRET
     );
     let server = ChildServer::spawn_ready(dir.path(), &db, &sources, "", 0).await;
     let pid = server.child.id();

@@ -5,7 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 /// The downstream holds the first request of each event this long.

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

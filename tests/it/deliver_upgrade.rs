@@ -8,7 +8,6 @@ use std::path::Path;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 /// Version 1 and the steps to version 6: the schema the previous release

@@ -16,9 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-use crate::helpers::{GITHUB_SECRET, TestApp, github_signature, json};
+use crate::helpers::{GITHUB_SECRET, TestApp, github_signature, json, serve_loopback};
 
 const BODY: &[u8] = br#"{"zen":"Keep it logically awesome."}"#;
 const TRUST_LOOPBACK: &str = "trusted_proxies = [\"127.0.0.1/32\"]";
@@ -148,15 +148,16 @@ struct FakeIps {
 
 impl FakeIps {
     async fn start() -> FakeIps {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let up = Arc::new(AtomicBool::new(true));
         let app = Router::new()
             .route("/meta", get(meta))
             .route("/files/ips/ips_webhooks.json", get(stripe_ips))
             .with_state(up.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        FakeIps { url, up }
+        let (addr, _server) = serve_loopback(|_| app).await;
+        FakeIps {
+            url: format!("http://{addr}"),
+            up,
+        }
     }
 
     fn set_up(&self, up: bool) {

@@ -3,8 +3,7 @@
 
 use rusqlite::params;
 
-use crate::backup::{cli, run, text};
-use crate::helpers::{GITHUB_SECRET, GITHUB_SOURCE, TestApp, github_signature};
+use crate::helpers::{GITHUB_SECRET, GITHUB_SOURCE, TestApp, cli, github_signature, run, text};
 
 async fn post(app: &TestApp, delivery: &str, event: &str) {
     let body = b"{}";

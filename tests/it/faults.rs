@@ -47,12 +47,10 @@ fn serve_once(dir: &Path, database: &Path) -> (std::process::ExitStatus, String)
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let out = hookbox()
         .arg("serve")
         .arg("--config")
         .arg(&config)
-        .env_remove("HOOKBOX_CONFIG")
-        .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .output()
         .expect("running the hookbox binary");

@@ -1,7 +1,6 @@
 //! A destination's filter, through the running server: matching events
 //! are delivered, the others kept as `stored` and never sent.
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

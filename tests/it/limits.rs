@@ -18,9 +18,9 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
 };
 
-use crate::cli::hookbox;
-use crate::deliver::wait_for_state;
-use crate::helpers::{ChildServer, free_addr, github_request, hmac_sha256, json, now_secs};
+use crate::helpers::{
+    ChildServer, free_addr, github_request, hmac_sha256, hookbox, json, now_secs, wait_for_state,
+};
 
 /// A certificate pair for the public listener and the CA a client trusts.
 pub(crate) struct Tls {

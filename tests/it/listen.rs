@@ -5,8 +5,6 @@ use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use crate::cli::hookbox;
-use crate::deliver::{Downstream, Reply, eventually};
 use crate::helpers::*;
 
 const TOKEN: &str = "listen-token-0123456789";

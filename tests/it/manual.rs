@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cli::hookbox;
+use crate::helpers::hookbox;
 
 const REFRESH: &str = "run dist/refresh.sh and commit dist/";
 

@@ -4,9 +4,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::deliver::{
-    Downstream, Reply, deliver_source, post_event, url_destination, wait_for_state,
-};
 use crate::helpers::*;
 
 /// One sample: metric name, labels, value.

@@ -3,10 +3,8 @@
 //! the running server's delivery in flight is not released and sent again.
 //! The CLI verbs keep working beside the server.
 
-use std::process::Command;
 use std::time::Duration;
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 /// The downstream holds the first request this long: the delivery is in
@@ -48,10 +46,9 @@ async fn a_second_serve_on_the_same_database_exits_1_and_releases_nothing() {
     .unwrap();
     let log = second_dir.path().join("second.log");
     let out = std::fs::File::create(&log).unwrap();
-    let mut second = Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let mut second = hookbox()
         .args(["serve", "--config"])
         .arg(&config)
-        .env_remove("HOOKBOX_CONFIG")
         .stdout(out.try_clone().unwrap())
         .stderr(out)
         .spawn()
@@ -95,10 +92,9 @@ async fn a_second_serve_on_the_same_database_exits_1_and_releases_nothing() {
     assert_eq!(down.max_in_flight(), 1);
 
     // The CLI works beside the running server.
-    let events = Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let events = hookbox()
         .args(["events", "--config"])
         .arg(&config)
-        .env_remove("HOOKBOX_CONFIG")
         .output()
         .unwrap();
     assert!(

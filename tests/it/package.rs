@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::cli::hookbox;
+use crate::helpers::hookbox;
 
 const CONFFILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/debian/hookbox.toml");
 

@@ -6,9 +6,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::deliver::{
-    Downstream, Reply, deliver_source, eventually, open, post_event, url_destination,
-};
 use crate::helpers::*;
 
 /// The `default` destination's state in `/api/stats`.
@@ -102,12 +99,11 @@ async fn a_destination_paused_by_hand_keeps_receiving_sends_nothing_and_flushes_
 
 /// `hookbox destination ...` against `config`, with its output.
 fn cli(config: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let out = hookbox()
         .arg("--config")
         .arg(config)
         .arg("destination")
         .args(args)
-        .env_remove("HOOKBOX_CONFIG")
         .output()
         .unwrap();
     let text = format!(
@@ -170,7 +166,7 @@ async fn the_cli_pauses_a_running_server_and_the_pause_outlives_a_kill_9() {
     assert_eq!(order, ["k-0", "k-1", "k-2", "k-3", "k-4"]);
     assert!(cli(&config, &["list"]).contains("no destination is paused"));
     // Unknown names are refused before anything is written.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let out = hookbox()
         .args(["--config"])
         .arg(&config)
         .args(["destination", "pause", "github", "nope"])
@@ -191,7 +187,7 @@ async fn a_breaker_pause_outlives_a_kill_9_and_probes_when_it_was_due() {
         url_destination(&down.url())
     );
     let source =
-        crate::deliver::deliver_source_backoff("github", &destination, "5s", 5, "50ms", "100ms");
+        crate::helpers::deliver_source_backoff("github", &destination, "5s", 5, "50ms", "100ms");
     let mut server = ChildServer::spawn_ready(dir.path(), &db, &source, "", 0).await;
     for i in 0..6 {
         post_event(

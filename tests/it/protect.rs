@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use crate::deliver::{Downstream, Reply, deliver_source, url_destination};
 use crate::helpers::*;
 
 /// The most requests that arrived within any `window`, from sorted times.
@@ -72,7 +71,7 @@ async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_back
         url_destination(&down.url())
     );
     let source =
-        crate::deliver::deliver_source_backoff("github", &destination, "5s", 4, "20s", "60s");
+        crate::helpers::deliver_source_backoff("github", &destination, "5s", 4, "20s", "60s");
     let app = TestApp::spawn(&source).await;
     for i in 0..20 {
         let body = format!(r#"{{"repository":{{"full_name":"acme/r{i}"}}}}"#);
@@ -85,7 +84,7 @@ async fn the_breaker_pauses_a_failing_destination_probes_it_and_flushes_the_back
     }
     // Down for 2.5 s: three failures pause it, then only probes go (at
     // 200 ms, then 400 ms, 800 ms, 1.6 s apart).
-    crate::deliver::eventually("the pause", || (down.hits().len() >= 3).then_some(())).await;
+    crate::helpers::eventually("the pause", || (down.hits().len() >= 3).then_some(())).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(metric(&app, PAUSED).await.as_deref(), Some("1"));
     let breaker = || async {
@@ -164,7 +163,7 @@ async fn retry_after_on_a_503_pauses_the_whole_destination_that_long() {
         url_destination(&down.url())
     );
     let source =
-        crate::deliver::deliver_source_backoff("github", &destination, "5s", 5, "10ms", "5s");
+        crate::helpers::deliver_source_backoff("github", &destination, "5s", 5, "10ms", "5s");
     let app = TestApp::spawn(&source).await;
     for i in 0..5 {
         let body = format!(r#"{{"repository":{{"full_name":"acme/r{i}"}}}}"#);
@@ -182,7 +181,7 @@ async fn retry_after_on_a_503_pauses_the_whole_destination_that_long() {
         paused >= Duration::from_millis(1_800),
         "the next attempt went {paused:?} after a Retry-After of 2 s"
     );
-    crate::deliver::eventually("all delivered", || {
+    crate::helpers::eventually("all delivered", || {
         (app.count("SELECT count(*) FROM deliveries WHERE state = 'delivered'") == 5).then_some(())
     })
     .await;
@@ -200,7 +199,7 @@ async fn a_rate_held_backlog_never_stops_for_the_idle_recheck() {
         url_destination(&down.url())
     );
     let source =
-        crate::deliver::deliver_source_backoff("github", &destination, "5s", 10, "30s", "1h");
+        crate::helpers::deliver_source_backoff("github", &destination, "5s", 10, "30s", "1h");
     let app = TestApp::spawn(&source).await;
     for i in 0..1_200 {
         let body = format!(r#"{{"repository":{{"full_name":"acme/r{}"}}}}"#, i % 50);

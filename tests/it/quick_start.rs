@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::github_signature;
+use crate::helpers::{github_signature, hookbox};
 
 /// Held while the default ports are in use by this file's tests.
 static DEFAULT_PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -142,20 +142,8 @@ async fn the_readme_run_command_serves_and_takes_a_signed_github_delivery() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
+    let mut cmd = hookbox();
     cmd.args(args).current_dir(dir.path());
-    for var in [
-        "HOOKBOX_CONFIG",
-        "STATE_DIRECTORY",
-        "CREDENTIALS_DIRECTORY",
-        "NOTIFY_SOCKET",
-        "GITHUB_WEBHOOK_SECRET",
-        "STRIPE_WEBHOOK_SECRET",
-        "SHOPIFY_WEBHOOK_SECRET",
-        "STANDARD_WEBHOOK_SECRET",
-    ] {
-        cmd.env_remove(var);
-    }
     for (name, value) in &env {
         cmd.env(name, value);
     }
@@ -248,10 +236,7 @@ async fn the_readme_run_command_serves_and_takes_a_signed_github_delivery() {
 
 #[test]
 fn version_prints_the_version_and_the_git_commit() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hookbox"))
-        .arg("--version")
-        .output()
-        .unwrap();
+    let out = hookbox().arg("--version").output().unwrap();
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let prefix = format!("hookbox {} (", env!("CARGO_PKG_VERSION"));

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::deliver::{Downstream, Reply, SIGNING_SECRET};
 use crate::helpers::*;
 
 /// A recognisable signature value and body marker: neither may be kept.

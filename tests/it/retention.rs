@@ -10,11 +10,10 @@ use rusqlite::{Connection, params};
 
 use serde_json::json;
 
-use crate::backup::{cli, run, text};
-use crate::deliver::{
-    Downstream, Reply, deliver_source, post_event, url_destination, wait_for_state,
+use crate::helpers::{
+    Downstream, GITHUB_SOURCE, Reply, TestApp, cli, deliver_source, hookbox, json, post_event, run,
+    text, url_destination, wait_for_state,
 };
-use crate::helpers::{GITHUB_SOURCE, TestApp, json};
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -242,9 +241,8 @@ async fn an_event_whose_body_retention_dropped_is_refused_by_replay_with_the_rea
         ),
     )
     .unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"));
-    cmd.env_remove("HOOKBOX_CONFIG")
-        .arg("--config")
+    let mut cmd = hookbox();
+    cmd.arg("--config")
         .arg(&config)
         .args(["replay", &emptied.to_string()]);
     let out = run(cmd).await;

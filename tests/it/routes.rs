@@ -2,7 +2,7 @@
 //! source's events fanned out to several destinations, each taking what
 //! its filter matches, each a lane of its own (retries, per-key order,
 //! dead letters), and replay per destination, by the admin API and the
-//! CLI. Url destinations are `Downstream`s (deliver.rs) that record what
+//! CLI. Url destinations are `Downstream`s (helpers/servers.rs) that record what
 //! they get; command destinations are a [`Recorder`] script.
 //! `routes_crash.rs` has kill -9 with deliveries to several destinations
 //! in flight.
@@ -14,7 +14,6 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use tempfile::TempDir;
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 /// The signing secret of a second url destination: each signs with its own.
@@ -934,7 +933,7 @@ async fn a_destination_added_to_the_config_gets_the_old_events_its_filter_takes_
     let since_ms = received_at(&db, ids["push-dev"]);
     let since = UNIX_EPOCH + Duration::from_millis(since_ms as u64);
     let since = humantime::format_rfc3339_millis(since).to_string();
-    let out = crate::cli::hookbox()
+    let out = crate::helpers::hookbox()
         .arg("replay")
         .arg("--config")
         .arg(&config)

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
-use crate::deliver::{Downstream, PATIENCE, Reply, SIGNING_SECRET};
 use crate::helpers::*;
 
 /// The three downstreams, by destination.
@@ -314,7 +313,7 @@ async fn replay_of_one_event_names_a_destination_or_takes_every_dead_and_deliver
 
     // A destination the event never went to gets a delivery (no filter:
     // the operator named the event), held open to see a second refused.
-    let gate = crate::deliver::Gate::new();
+    let gate = crate::helpers::Gate::new();
     let held = gate.clone();
     downs
         .deploy
@@ -694,11 +693,10 @@ async fn cli(config: &Path, args: &[&str]) -> String {
 }
 
 async fn run_cli(config: &Path, args: &[&str]) -> std::process::Output {
-    tokio::process::Command::from(crate::cli::hookbox())
+    tokio::process::Command::from(crate::helpers::hookbox())
         .args(args)
         .arg("--config")
         .arg(config)
-        .env_remove("RUST_LOG")
         .output()
         .await
         .unwrap()

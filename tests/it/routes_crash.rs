@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::deliver::*;
 use crate::helpers::*;
 use crate::routes::*;
 

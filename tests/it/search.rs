@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, params};
 use serde_json::Value;
 
-use crate::backup::{cli, run, text};
-use crate::helpers::{GITHUB_SOURCE, TestApp, github_event_request, json};
+use crate::helpers::{GITHUB_SOURCE, TestApp, cli, github_event_request, json, run, text};
 
 /// `github` with two pull destinations (so deliveries stay pending until
 /// a test moves them): `a` takes every event, `b` only `issues`; and

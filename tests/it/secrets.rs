@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use crate::helpers::{github_signature, hmac_sha256, now_secs};
+use crate::helpers::{free_port, github_signature, hmac_sha256, hookbox, now_secs};
 
 const GITHUB: &str = "gh-secret-0f9a7c1e";
 const STRIPE: &str = "whsec_stripe-secret-3b8d";
@@ -19,14 +19,6 @@ const HMAC: &str = "generic-hmac-secret-9d41";
 const ADMIN: &str = "admin-token-secret-c3f0b2a9e1";
 const SW_KEY: &[u8] = b"standard-webhooks-key-bytes-1234";
 const DOWNSTREAM_KEY: &[u8] = b"downstream-signing-key-bytes-987";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
@@ -97,7 +89,7 @@ header = "X-Signature"
     std::fs::write(&config_path, config).unwrap();
     let log_path = dir.path().join("server.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let mut child = hookbox()
         .args(["serve", "--config"])
         .arg(&config_path)
         .env("RUST_LOG", "debug")

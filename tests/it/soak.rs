@@ -29,7 +29,6 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::task::JoinHandle;
 
 use crate::catchup::fake::{Attempt, BASE_ID, Fake, HOOK_ID, TOKEN};
-use crate::deliver::SIGNING_SECRET;
 use crate::helpers::*;
 use crate::load::{Load, Traffic};
 
@@ -365,11 +364,9 @@ async fn sink(State(seen): State<Arc<Mutex<SinkState>>>, headers: HeaderMap) -> 
 
 impl Sink {
     async fn start() -> Sink {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(SinkState::default()));
         let router = Router::new().fallback(sink).with_state(seen.clone());
-        let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        let (addr, task) = serve_loopback(|_| router).await;
         Sink { addr, seen, task }
     }
 

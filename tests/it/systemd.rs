@@ -6,15 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{GITHUB_SECRET, github_request};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::helpers::{GITHUB_SECRET, clear_env, free_port, github_request, hookbox};
 
 /// Reads datagrams until one contains `want`, or panics after 10 s.
 fn expect_message(socket: &UnixDatagram, want: &str) {
@@ -50,12 +42,11 @@ fn the_binary_tells_systemd_ready_then_feeds_the_watchdog_then_says_stopping() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let mut child = hookbox()
         .args(["serve", "--config"])
         .arg(&config)
         .env("NOTIFY_SOCKET", &socket_path)
         .env("WATCHDOG_USEC", "300000")
-        .env_remove("WATCHDOG_PID")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -88,7 +79,7 @@ fn cred_secrets_are_read_from_the_credentials_directory() {
     )
     .unwrap();
     let run = |creds_dir: Option<&Path>| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
+        let mut cmd = hookbox();
         cmd.args(["check", "--config"]).arg(&config);
         match creds_dir {
             Some(d) => cmd.env("CREDENTIALS_DIRECTORY", d),
@@ -202,7 +193,7 @@ async fn the_container_health_check_passes_against_a_ready_server_and_fails_with
             format!("[server]\nlisten = \"127.0.0.1:1\"\nadmin_listen = \"{admin}\"\n"),
         )
         .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_hookbox"))
+        hookbox()
             .args(["healthcheck", "--config"])
             .arg(&config)
             .output()
@@ -305,13 +296,12 @@ async fn sockets_passed_by_systemd_socket_activation_are_served_in_place_of_bind
     .unwrap();
     // systemd's own tool: it binds both, then starts hookbox on the first
     // connection with LISTEN_FDS=2 (public, then admin, in -l order).
-    let mut activator = Command::new("systemd-socket-activate")
+    let mut activator = clear_env(&mut Command::new("systemd-socket-activate"))
         .args(["-l", &format!("127.0.0.1:{public}")])
         .args(["-l", &format!("127.0.0.1:{admin}")])
         .arg(env!("CARGO_BIN_EXE_hookbox"))
         .args(["serve", "--config"])
         .arg(&config)
-        .env_remove("HOOKBOX_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

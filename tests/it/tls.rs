@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rcgen::{
@@ -16,7 +15,7 @@ use rcgen::{
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::helpers::{ChildServer, GITHUB_SOURCE, TestApp, github_request};
+use crate::helpers::{ChildServer, GITHUB_SOURCE, TestApp, github_request, hookbox};
 
 const BODY: &[u8] = br#"{"zen":"Encrypt everything."}"#;
 /// How long a reload may take to show: polling every 1 s here, 5 s by
@@ -318,10 +317,9 @@ fn a_key_that_does_not_match_the_certificate_stops_start_up_naming_the_key() {
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let out = hookbox()
         .args(["check", "--config"])
         .arg(&config)
-        .env_remove("HOOKBOX_CONFIG")
         .output()
         .unwrap();
     let text = format!(

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use crate::deliver::*;
 use crate::helpers::*;
 
 /// Written by release ff52e21 (schema version 6).

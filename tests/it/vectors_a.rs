@@ -11,8 +11,6 @@
 //! The vectors are signed at a fixed time, so the server's clock is moved
 //! there: see `hookbox::clock::shift_this_thread`.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 use crate::helpers::*;
@@ -209,10 +207,9 @@ fn hookbox_check_refuses_a_url_signing_kind_without_public_url() {
          public_url = \"https://hooks.example.com/hooks/gh\"\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hookbox"))
+    let out = hookbox()
         .args(["check", "--config"])
         .arg(&config)
-        .env_remove("HOOKBOX_CONFIG")
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -1,5 +1,6 @@
 use super::*;
 use crate::store::replay::{ReplayFilter, replay};
+use crate::store::test_support::db;
 
 /// The one lane these tests use: destination `d` of source `s`.
 const DEST: &str = "d";
@@ -32,12 +33,6 @@ fn clamp_retries(conn: &Connection, source: &str, now: i64, max: i64) -> anyhow:
 
 fn clamp_leases(conn: &Connection, source: &str, until: i64) -> anyhow::Result<usize> {
     super::clamp_leases(conn, source, DEST, until)
-}
-
-fn db() -> Connection {
-    let mut conn = Connection::open_in_memory().unwrap();
-    super::super::schema::apply(&mut conn).unwrap();
-    conn
 }
 
 /// The event's lease.

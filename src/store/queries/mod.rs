@@ -449,11 +449,7 @@ pub(super) mod tests {
 
     use super::*;
 
-    pub(super) fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::schema::apply(&mut conn).unwrap();
-        conn
-    }
+    pub(super) use crate::store::test_support::db;
 
     pub(super) fn add(conn: &Connection, source: &str, state: &str, received_at: i64) -> i64 {
         conn.execute(

@@ -5,66 +5,18 @@
 //! missed event ends in the inbox once. Then `hookbox catch-up --dry-run`
 //! runs beside the server, prints what it would ask for, and asks nothing.
 
-use std::fs::File;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::fake::{Attempt, BASE_ID, Fake, HOOK_ID, STRIPE_KEY, TOKEN};
 use super::stripe::{STRIPE_SECRET, event};
 use super::{ago, query_i64, wait_for_count};
-use crate::helpers::GITHUB_SECRET;
+use crate::helpers::{ChildServer, GITHUB_SECRET, hookbox};
 
-struct Server {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            eprintln!("--- hookbox log ---\n{log}");
-        }
-    }
-}
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-fn hookbox() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
-    for var in [
-        "GITHUB_WEBHOOK_SECRET",
-        "STRIPE_WEBHOOK_SECRET",
-        "HOOKBOX_CONFIG",
-        "RUST_LOG",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd
-}
-
-fn write_config(dir: &Path, addr: SocketAddr, fake: &str) -> PathBuf {
-    let path = dir.join("hookbox.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"[server]
-listen = "{addr}"
-admin_listen = "{admin}"
-database = {db:?}
-
-[[sources]]
+/// The GitHub source, with a redelivery job, and the Stripe source, with a
+/// backfill, both asking the fake at `fake`.
+fn sources(fake: &str) -> String {
+    format!(
+        r#"[[sources]]
 name = "github"
 kind = "github"
 secrets = ["{GITHUB_SECRET}"]
@@ -81,47 +33,13 @@ name = "stripe"
 kind = "stripe"
 secrets = ["{STRIPE_SECRET}"]
 stripe_backfill = {{ api_key = "{STRIPE_KEY}", api_url = "{fake}" }}
-"#,
-            admin = free_addr(),
-            db = dir.join("hookbox.db").display().to_string(),
-        ),
+"#
     )
-    .unwrap();
-    path
-}
-
-async fn start(config: &Path, addr: SocketAddr, log: PathBuf) -> Server {
-    let out = File::create(&log).unwrap();
-    let child = hookbox()
-        .arg("serve")
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("starting the hookbox binary");
-    let mut server = Server { child, log };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let client = reqwest::Client::new();
-    loop {
-        assert!(
-            server.child.try_wait().unwrap().is_none(),
-            "hookbox exited before it was ready"
-        );
-        let ready = client.get(format!("http://{addr}/readyz")).send().await;
-        if ready.is_ok_and(|r| r.status() == 200) {
-            return server;
-        }
-        assert!(Instant::now() < deadline, "hookbox was not ready in 15 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_outage_one_catch_up_pass_brings_every_missed_event_into_the_inbox() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = free_addr();
     // What happened while hookbox was down.
     let missed: Vec<String> = (0..6).map(|n| format!("missed-{n}")).collect();
     let mut attempts: Vec<Attempt> = missed
@@ -131,15 +49,18 @@ async fn after_an_outage_one_catch_up_pass_brings_every_missed_event_into_the_in
         .collect();
     attempts.push(Attempt::new(BASE_ID + 99, "before-outage", ago(9000), true));
     let fake = Fake::start(attempts).await;
-    fake.redeliver_to(format!("http://{addr}/hooks/github"), GITHUB_SECRET);
     let stripe_missed = ["evt_a", "evt_b", "evt_c"];
     for (n, id) in stripe_missed.iter().enumerate() {
         fake.add_stripe_event(event(id, ago(3600 * (n as i64 + 1))));
     }
 
-    let config = write_config(dir.path(), addr, &fake.url());
-    let server = start(&config, addr, dir.path().join("hookbox.log")).await;
     let db = dir.path().join("hookbox.db");
+    let mut server =
+        ChildServer::spawn_ready_with(dir.path(), &db, &sources(&fake.url()), "", 0, &[], |addr| {
+            fake.redeliver_to(format!("http://{addr}/hooks/github"), GITHUB_SECRET)
+        })
+        .await;
+    let config = dir.path().join("hookbox.toml");
     wait_for_count(
         &db,
         "SELECT count(*) FROM events WHERE source = 'github'",
@@ -203,19 +124,6 @@ async fn after_an_outage_one_catch_up_pass_brings_every_missed_event_into_the_in
     assert_eq!(fake.posts().len(), 6, "a dry run asks nothing");
 
     // SIGTERM stops the server cleanly with the scheduler in it.
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let mut server = server;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let exit = loop {
-        if let Some(s) = server.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "hookbox did not stop");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let exit = server.terminate(Duration::from_secs(15)).await;
     assert_eq!(exit.code(), Some(0));
 }

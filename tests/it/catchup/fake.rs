@@ -16,9 +16,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
-use crate::helpers::github_signature;
+use crate::helpers::{github_signature, query_pairs, serve_loopback};
 
 pub const TOKEN: &str = "ghp_test_token";
 pub const STRIPE_KEY: &str = "rk_test_events_read";
@@ -107,8 +106,6 @@ struct Shared {
 
 impl Fake {
     pub async fn start(attempts: Vec<Attempt>) -> Fake {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let next_id = attempts.iter().map(|a| a.id).max().unwrap_or(BASE_ID) + 1000;
         let inner = Arc::new(Mutex::new(Inner {
             attempts,
@@ -121,13 +118,15 @@ impl Fake {
             redeliver_to: None,
             jwt: None,
         }));
-        let shared = Shared {
-            inner: inner.clone(),
-            config: config.clone(),
-            addr,
-        };
-        let app = Router::new().fallback(handle).with_state(shared);
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let (addr, _server) = serve_loopback(|addr| {
+            let shared = Shared {
+                inner: inner.clone(),
+                config: config.clone(),
+                addr,
+            };
+            Router::new().fallback(handle).with_state(shared)
+        })
+        .await;
         Fake {
             addr,
             inner,
@@ -177,14 +176,7 @@ impl Fake {
 
 async fn handle(State(s): State<Shared>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
     let path = uri.path().to_owned();
-    let query: HashMap<String, String> = uri
-        .query()
-        .map(|q| {
-            url_pairs(q)
-                .into_iter()
-                .collect::<HashMap<String, String>>()
-        })
-        .unwrap_or_default();
+    let query = query_pairs(&uri);
     s.inner
         .lock()
         .unwrap()
@@ -216,17 +208,6 @@ async fn handle(State(s): State<Shared>, method: Method, uri: Uri, headers: Head
         return redeliver(&s, id, mode).await;
     }
     (StatusCode::NOT_FOUND, "not found").into_response()
-}
-
-fn url_pairs(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (decode(k), decode(v)))
-        .collect()
-}
-
-fn decode(s: &str) -> String {
-    s.replace("%5B", "[").replace("%5D", "]")
 }
 
 fn check_github_headers(s: &Shared, path: &str, h: &HeaderMap) -> Result<(), String> {

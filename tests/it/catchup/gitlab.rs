@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use super::gitlab_fake::{Event, GITLAB_HOOK_ID, GITLAB_TOKEN, GitlabFake, Mode, WEBHOOK_TOKEN};
 use super::{FINISHED_RUNS, ago, config_at, new_db, pass, query_i64, wait_for_count};
-use crate::deliver::{Downstream, Reply};
 use crate::helpers::*;
 
 /// A `gitlab` source without catch-up.

@@ -20,7 +20,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+
+use crate::helpers::{query_pairs, serve_loopback};
 
 pub const GITLAB_TOKEN: &str = "glpat-test-api-token";
 pub const GITLAB_HOOK_ID: i64 = 77;
@@ -104,8 +105,6 @@ pub struct GitlabFake {
 
 impl GitlabFake {
     pub async fn start(events: Vec<Event>) -> GitlabFake {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let next_id = events.iter().map(|e| e.id).max().unwrap_or(0) + 1000;
         let inner = Arc::new(Mutex::new(Inner {
             events,
@@ -120,13 +119,15 @@ impl GitlabFake {
             retry_after: None,
             resend_to: None,
         }));
-        let shared = Shared {
-            inner: inner.clone(),
-            config: config.clone(),
-            addr,
-        };
-        let app = Router::new().fallback(handle).with_state(shared);
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let (addr, _server) = serve_loopback(|addr| {
+            let shared = Shared {
+                inner: inner.clone(),
+                config: config.clone(),
+                addr,
+            };
+            Router::new().fallback(handle).with_state(shared)
+        })
+        .await;
         GitlabFake {
             addr,
             inner,
@@ -228,13 +229,7 @@ async fn handle(State(s): State<Shared>, method: Method, uri: Uri, headers: Head
     let Some((_, rest)) = path.split_once(&hook) else {
         return (StatusCode::NOT_FOUND, "404 Not Found").into_response();
     };
-    let query: HashMap<String, String> = uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let query = query_pairs(&uri);
     if method == Method::GET && rest.is_empty() {
         return list(&s, &path, &query);
     }

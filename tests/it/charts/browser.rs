@@ -13,9 +13,6 @@ use super::{DAY_MS, HOUR_MS, counters, hour_of, inbox};
 use crate::dashboard::browser::{
     FIND_WAIT, browser_available, click_and_wait, connect, screenshot, start_driver, text_of,
 };
-use crate::deliver::{
-    Downstream, Reply, deliver_source, post_event, url_destination, wait_for_state,
-};
 use crate::helpers::*;
 
 /// Runs `script` in the page and returns what it returns.

@@ -20,9 +20,6 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use super::{SCRIPT, post_script_event};
-use crate::deliver::{
-    Downstream, Reply, deliver_source, post_event, url_destination, wait_for_state,
-};
 use crate::helpers::*;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -272,7 +269,7 @@ async fn in_chromium_a_person_logs_in_replays_a_dead_letter_and_sees_scripts_as_
     browser.goto(&evil).await.unwrap();
     click_and_wait(&browser, Locator::Id("go")).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(crate::deliver::event_row(&app.db_path, dead).state, "dead");
+    assert_eq!(crate::helpers::event_row(&app.db_path, dead).state, "dead");
     evil_task.abort();
 
     // Press replay on one row: its page says so and the state moves on.
@@ -300,7 +297,7 @@ async fn in_chromium_a_person_logs_in_replays_a_dead_letter_and_sees_scripts_as_
     }
     screenshot(&browser, "replayed").await;
     assert_eq!(down.hits_for("browser-dead-1").len(), 2);
-    assert_eq!(crate::deliver::event_row(&app.db_path, kept).state, "dead");
+    assert_eq!(crate::helpers::event_row(&app.db_path, kept).state, "dead");
 
     // The <script> event: shown as text, no dialog, no script element.
     browser

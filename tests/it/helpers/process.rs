@@ -1,217 +1,76 @@
-//! TestApp: the production `App` on 127.0.0.1:0 with a database in a temp
-//! dir, plus signing helpers for the providers.
+//! The real binary as a child process: `hookbox()` with nothing from the
+//! test environment that could change what it does, `ChildServer` for
+//! `hookbox serve`, and free loopback ports to give it.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
-use tempfile::TempDir;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use super::app::ADMIN_TOKEN;
 
-use hookbox::app::App;
-use hookbox::config;
+/// What the test environment could hold that changes what the binary does:
+/// a config picked from the environment, a default source enabled by a
+/// secret, a log filter, systemd's hand-over. [`hookbox`] clears them all;
+/// a test that wants one sets it again.
+pub const CLEARED_ENV: [&str; 10] = [
+    "HOOKBOX_CONFIG",
+    "RUST_LOG",
+    "GITHUB_WEBHOOK_SECRET",
+    "STRIPE_WEBHOOK_SECRET",
+    "SHOPIFY_WEBHOOK_SECRET",
+    "STANDARD_WEBHOOK_SECRET",
+    "STATE_DIRECTORY",
+    "CREDENTIALS_DIRECTORY",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_PID",
+];
 
-pub struct TestApp {
-    pub addr: SocketAddr,
-    pub admin_addr: SocketAddr,
-    /// The bearer token the admin listener requires ([`ADMIN_TOKEN`]).
-    pub admin_token: String,
-    pub client: reqwest::Client,
-    pub db_path: PathBuf,
-    pub dir: TempDir,
-    shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
+/// Clears [`CLEARED_ENV`] from `cmd`, for a command that starts the binary
+/// in turn (`systemd-socket-activate`).
+pub fn clear_env(cmd: &mut Command) -> &mut Command {
+    for var in CLEARED_ENV {
+        cmd.env_remove(var);
+    }
+    cmd
 }
 
-/// A GitHub source with a literal secret, for most tests.
-pub const GITHUB_SOURCE: &str = r#"
-[[sources]]
-name = "github"
-kind = "github"
-secrets = ["test-secret"]
-"#;
-
-pub const GITHUB_SECRET: &str = "test-secret";
-
-/// The admin token every TestApp is configured with.
-pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
-
-impl TestApp {
-    /// Starts hookbox with `sources` (TOML `[[sources]]` tables) and any
-    /// extra `[server]` lines.
-    pub async fn spawn(sources: &str) -> TestApp {
-        Self::spawn_with(sources, "").await
-    }
-
-    pub async fn spawn_with(sources: &str, server_extra: &str) -> TestApp {
-        let dir = tempfile::tempdir().unwrap();
-        Self::spawn_in(dir, sources, server_extra).await
-    }
-
-    /// Starts hookbox on a database in `dir` (which may already hold one).
-    pub async fn spawn_in(dir: TempDir, sources: &str, server_extra: &str) -> TestApp {
-        let db_path = dir.path().join("hookbox.db");
-        Self::spawn_at(dir, db_path, sources, server_extra).await
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
-    }
-
-    pub fn admin_url(&self, path: &str) -> String {
-        format!("http://{}{}", self.admin_addr, path)
-    }
-
-    /// GETs `path` on the admin listener with the token.
-    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
-        self.client
-            .get(self.admin_url(path))
-            .bearer_auth(&self.admin_token)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    /// POSTs `body` as JSON to `path` on the admin listener with the token.
-    pub async fn admin_post(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
-        self.client
-            .post(self.admin_url(path))
-            .bearer_auth(&self.admin_token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    /// Stops the server the way SIGTERM does and waits for it.
-    pub async fn shutdown(self) -> TempDir {
-        self.shutdown.cancel();
-        self.task.await.unwrap().unwrap();
-        self.dir
-    }
-
-    /// A direct connection to the database, for assertions.
-    pub fn db(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open(&self.db_path).unwrap()
-    }
-
-    pub fn count(&self, sql: &str) -> i64 {
-        self.db().query_row(sql, [], |r| r.get(0)).unwrap()
-    }
-
-    /// POSTs a GitHub delivery signed with the test secret.
-    pub async fn post_github(&self, delivery: &str, body: &[u8]) -> reqwest::Response {
-        github_request(&self.client, &self.url("/hooks/github"), delivery, body)
-            .send()
-            .await
-            .unwrap()
-    }
+/// The binary, with nothing from the test environment that could enable
+/// a default source or pick a config.
+pub fn hookbox() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookbox"));
+    clear_env(&mut cmd);
+    cmd
 }
 
-/// A POST of `body` to `url` as the GitHub `push` delivery `delivery`,
-/// signed with the test secret.
-pub fn github_request(
-    client: &reqwest::Client,
-    url: &str,
-    delivery: &str,
-    body: &[u8],
-) -> reqwest::RequestBuilder {
-    github_event_request(client, url, "push", delivery, body)
+/// [`hookbox`] with `--config` pointing at a file that names `db` as the
+/// database.
+pub fn cli(db: &Path) -> Command {
+    let config = db.with_file_name("cli.toml");
+    std::fs::write(
+        &config,
+        format!("[server]\ndatabase = {:?}\n", db.display().to_string()),
+    )
+    .unwrap();
+    let mut cmd = hookbox();
+    cmd.arg("--config").arg(config);
+    cmd
 }
 
-/// [`github_request`] for an event of type `event` (`X-GitHub-Event`).
-pub fn github_event_request(
-    client: &reqwest::Client,
-    url: &str,
-    event: &str,
-    delivery: &str,
-    body: &[u8],
-) -> reqwest::RequestBuilder {
-    client
-        .post(url)
-        .header("content-type", "application/json")
-        .header("x-github-event", event)
-        .header("x-github-delivery", delivery)
-        .header("x-hub-signature-256", github_signature(GITHUB_SECRET, body))
-        .body(body.to_vec())
+/// Runs a prepared command off the async runtime, so load keeps flowing.
+pub async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
 }
 
-pub fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
-    mac.update(data);
-    mac.finalize().into_bytes().to_vec()
-}
-
-pub fn github_signature(secret: &str, body: &[u8]) -> String {
+/// stdout, then stderr, as text.
+pub fn text(out: &Output) -> String {
     format!(
-        "sha256={}",
-        hex::encode(hmac_sha256(secret.as_bytes(), body))
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     )
 }
-
-pub fn now_secs() -> i64 {
-    hookbox::clock::now_secs()
-}
-
-/// A committed provider vector file, `tests/vectors/{kind}.json`.
-pub fn vector_file(kind: &str) -> serde_json::Value {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/vectors/{kind}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-/// Moves the calling thread's clock to `at_ms` (unix milliseconds), and
-/// with it the clock of a server spawned on this (current-thread) runtime:
-/// for vectors signed at a fixed time. `shift_this_thread(0)` puts it back.
-pub fn set_thread_clock_to(at_ms: i64) {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    hookbox::clock::shift_this_thread(at_ms - since.unwrap().as_millis() as i64);
-}
-
-/// The JSON body of a response.
-pub async fn json(response: reqwest::Response) -> serde_json::Value {
-    response.json().await.unwrap()
-}
-
-impl TestApp {
-    /// Starts hookbox on the database at `db_path`, which may live outside
-    /// `dir` (say on a small tmpfs); `dir` is kept as long as the app.
-    pub async fn spawn_at(
-        dir: TempDir,
-        db_path: PathBuf,
-        sources: &str,
-        server_extra: &str,
-    ) -> TestApp {
-        if std::env::var_os("TEST_LOG").is_some() {
-            hookbox::telemetry::init(hookbox::telemetry::LogFormat::Text);
-        }
-        let text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
-            db_path.display().to_string()
-        );
-        let config = config::from_toml(&text, "test".into()).unwrap();
-        let app = App::build(config).await.unwrap();
-        let addr = app.public_addr();
-        let admin_addr = app.admin_addr();
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(app.run(shutdown.clone()));
-        TestApp {
-            addr,
-            admin_addr,
-            admin_token: ADMIN_TOKEN.to_owned(),
-            client: reqwest::Client::new(),
-            db_path,
-            dir,
-            shutdown,
-            task,
-        }
-    }
-}
-
-// ------------------------------------------------------- child process ---
 
 /// `hookbox serve` as a child process (the real binary) on the database at
 /// `database`, with `sources` and any extra `[server]` lines. Killed on
@@ -232,8 +91,8 @@ impl ChildServer {
     /// start that loses one to another socket is tried again.
     /// The config is written to `dir`, the log to `dir/hookbox-{run}.log`.
     pub async fn spawn_ready(
-        dir: &std::path::Path,
-        database: &std::path::Path,
+        dir: &Path,
+        database: &Path,
         sources: &str,
         server_extra: &str,
         run: usize,
@@ -246,8 +105,8 @@ impl ChildServer {
     /// process starts (a fake provider that calls hookbox back must know it
     /// before hookbox's start-up catch-up asks it).
     pub async fn spawn_ready_with(
-        dir: &std::path::Path,
-        database: &std::path::Path,
+        dir: &Path,
+        database: &Path,
         sources: &str,
         server_extra: &str,
         run: usize,
@@ -272,8 +131,8 @@ impl ChildServer {
 
     fn start(
         addr: SocketAddr,
-        dir: &std::path::Path,
-        database: &std::path::Path,
+        dir: &Path,
+        database: &Path,
         sources: &str,
         server_extra: &str,
         run: usize,
@@ -292,17 +151,7 @@ impl ChildServer {
         .unwrap();
         let log = dir.join(format!("hookbox-{run}.log"));
         let out = std::fs::File::create(&log).unwrap();
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hookbox"));
-        for var in [
-            "HOOKBOX_CONFIG",
-            "RUST_LOG",
-            "GITHUB_WEBHOOK_SECRET",
-            "STRIPE_WEBHOOK_SECRET",
-            "SHOPIFY_WEBHOOK_SECRET",
-            "STANDARD_WEBHOOK_SECRET",
-        ] {
-            command.env_remove(var);
-        }
+        let mut command = hookbox();
         command.envs(env.iter().copied());
         let child = command
             .arg("serve")
@@ -446,4 +295,9 @@ pub fn free_addr() -> SocketAddr {
             return listener.local_addr().unwrap();
         }
     }
+}
+
+/// The port of a [`free_addr`].
+pub fn free_port() -> u16 {
+    free_addr().port()
 }

@@ -1,0 +1,52 @@
+//! What the integration tests share, by concern:
+//!
+//! - [`app`]: `TestApp`, the production `App` in this process on
+//!   127.0.0.1:0 with a database in a temp dir;
+//! - [`process`]: the real binary as a child process (`ChildServer`, the
+//!   `hookbox()` command with a clean environment, free ports);
+//! - [`servers`]: loopback HTTP servers: the recording `Downstream` that
+//!   hookbox delivers to, and the plumbing the provider fakes share;
+//! - [`signing`]: signed provider requests and committed vectors;
+//! - [`sources`]: `[[sources]]` tables that deliver somewhere;
+//! - [`rows`]: reading events and attempts back from the database.
+//!
+//! Everything is re-exported here: `use crate::helpers::*`.
+
+use std::time::{Duration, Instant};
+
+mod app;
+mod process;
+mod rows;
+mod servers;
+mod signing;
+mod sources;
+
+pub use app::*;
+pub use process::*;
+pub use rows::*;
+pub use servers::*;
+pub use signing::*;
+pub use sources::*;
+
+/// How long any "eventually" in these tests may take.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Polls `probe` every 20 ms until it yields, for at most [`PATIENCE`].
+pub async fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting for {what} after {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The JSON body of a response.
+pub async fn json(response: reqwest::Response) -> serde_json::Value {
+    response.json().await.unwrap()
+}
