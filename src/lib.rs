@@ -17,14 +17,16 @@
 //!    id, event type and ordering key, or a handshake answer that is never
 //!    stored. [`config::route`] picks the destinations whose filters take it.
 //! 4. [`store`] owns the database. A resend of a recently stored key is
-//!    answered at once; anything else becomes a `WriteCmd` for the writer
-//!    thread (`store::writer`), the only connection that writes, which
+//!    answered at once (`store::writer::handle`); anything else becomes a
+//!    `WriteCmd` for the writer thread (`store::writer`), the only
+//!    connection that writes, which
 //!    commits whatever is queued as one group: the event and one delivery
 //!    row per destination, and the hour's traffic counters. The syncer
 //!    thread fsyncs the WAL and only then answers the group, so a `2xx`
 //!    means the event is on disk; the checkpointer copies the WAL into the
-//!    database file off that path. When the writer has nothing to do it
-//!    indexes new bodies for search (`store::search`) and records the
+//!    database file off that path. When the writer has nothing to do
+//!    (`store::writer::idle`) it indexes new bodies for search
+//!    (`store::search`), in steps of at most 2 ms, and records the
 //!    requests `/hooks/*` refused (`store::rejections`), which the receive
 //!    path only dropped into a bounded buffer.
 //!

@@ -3,7 +3,10 @@
 //! Kept apart from the verbs because the doc comments here are the help
 //! text, and `dist/man` and `dist/completions` are generated from them
 //! (`dist/refresh.sh`; `tests/it/manual.rs` compares): a change here is a
-//! change to shipped files, so it should be on purpose.
+//! change to shipped files, so it should be on purpose. They are written
+//! for a terminal, not for rustdoc: `[[alerts]]` is the config's table
+//! and a URL is an example to type, not a link.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::bare_urls)]
 
 use std::path::PathBuf;
 use std::time::Duration;

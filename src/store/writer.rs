@@ -32,28 +32,30 @@
 //! syncer and the checkpointer, and checkpointed the WAL.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rusqlite::{Connection, TransactionBehavior};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::checkpoint::Nudge;
-use super::command::{Applied, Claims, WriteCmd};
+use super::command::{Applied, WriteCmd};
 use super::counters::{self, Tally};
-use super::deliveries::{AttemptRecord, ClaimFrom, Lease};
 use super::error::StoreError;
-use super::models::{Inserted, NewEvent};
 use super::recent::RecentKeys;
-use super::rejections::{self, FLUSH_CHUNK, FLUSH_EVERY, Rejection, RejectionQueue};
-use super::replay::ReplayFilter;
-use super::retention::PruneBatch;
-use super::search::{self, Indexer};
+use super::rejections::{Rejection, RejectionQueue};
+use super::search::Indexer;
 use super::syncer::Syncer;
 use crate::metrics::WriterMetrics;
+
+mod handle;
+mod idle;
+
+pub use handle::WriterHandle;
+use idle::INDEX_PER_COMMAND;
 
 /// Most commands in one transaction: bounds how long the first waiter of a
 /// group waits for the last one's work.
@@ -88,20 +90,6 @@ impl FileIdentity {
         std::fs::metadata(&self.path).is_ok_and(|m| m.dev() == self.dev && m.ino() == self.ino)
     }
 }
-
-/// Quiet time after a group before the writer indexes for search.
-const INDEX_WHEN_IDLE: Duration = Duration::from_millis(20);
-/// How often the writer looks for a command while waiting for that quiet.
-const IDLE_POLL: Duration = Duration::from_millis(2);
-/// Past this many events waiting to be indexed, the writer indexes a
-/// step after every group, pause or not.
-const INDEX_LAG_LIMIT: i64 = 50_000;
-/// A step after a group indexes this many events per command in the
-/// group: more than the group can have added, so the lag shrinks, but a
-/// step no longer than a few groups' work, so no group waits behind a
-/// full [`search::STEP_ROWS`] step (measured: 1,024 rows after every group
-/// made p99 under a sustained load twice what it was without search).
-const INDEX_PER_COMMAND: usize = 2;
 
 /// How long a readiness answer is reused.
 const READY_CACHE: Duration = Duration::from_secs(1);
@@ -183,265 +171,6 @@ fn flush_counters(tx: &rusqlite::Transaction, counted: &Tally) -> anyhow::Result
 /// While commits keep failing, the failure is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The sending side: cheap to clone, one per part that writes.
-#[derive(Clone)]
-pub struct WriterHandle {
-    tx: mpsc::Sender<WriteCmd>,
-    recent: Arc<RecentKeys>,
-    /// The database's directory, whose free space readiness checks.
-    dir: Arc<PathBuf>,
-    /// Once set, nothing the store says can be trusted: refuse everything.
-    poisoned: Arc<AtomicBool>,
-    /// When readiness was last confirmed: `/readyz` is open to anyone and
-    /// each check is a commit, so a success is reused for a moment. A
-    /// failure is not: recovery shows at once.
-    ready_cache: Arc<Mutex<Option<Instant>>>,
-    /// Groups committed so far: a writer whose count moves is alive, even
-    /// when its queue is too full to take a ping.
-    progress: Arc<AtomicU64>,
-    /// Refused requests, on their way to the writer.
-    rejections: RejectionQueue,
-}
-
-impl WriterHandle {
-    /// Stores an event, answering once it is durable (or a known duplicate).
-    pub async fn insert(&self, event: NewEvent) -> Result<Inserted, StoreError> {
-        // A remembered key proves nothing once the store is poisoned (its
-        // file may be gone).
-        if self.poisoned.load(Ordering::Relaxed) {
-            return Err(StoreError::Unavailable(POISONED.into()));
-        }
-        if let Some(id) = self.recent.get(&event.source, &event.delivery_id) {
-            return Ok(Inserted::Duplicate(id));
-        }
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Insert { event, reply })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Round-trips a small durable write through the writer.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Ping { reply })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Whether the writer is alive, for the watchdog: a ping commits within
-    /// `within`, or the writer commits other groups meanwhile. Unlike
-    /// [`Self::ping`] it waits for room in the queue: during a retry storm
-    /// the queue is full because the writer is busy, and a busy writer is
-    /// alive.
-    pub async fn heartbeat(&self, within: Duration) -> Result<(), StoreError> {
-        let before = self.progress.load(Ordering::Relaxed);
-        let ping = async {
-            let (reply, rx) = oneshot::channel();
-            self.tx
-                .send(WriteCmd::Ping { reply })
-                .await
-                .map_err(|_| StoreError::Closed)?;
-            rx.await.map_err(|_| StoreError::Closed)?
-        };
-        match tokio::time::timeout(within, ping).await {
-            Ok(answer) => answer,
-            Err(_) if self.progress.load(Ordering::Relaxed) != before => Ok(()),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "the writer committed nothing in {within:?}"
-            ))),
-        }
-    }
-
-    /// Whether the store can take events: a ping commits, and the disk has
-    /// room for more than that. A small commit can still succeed on a full
-    /// disk, into WAL space SQLite already holds, while real events fail;
-    /// so readiness also asks the file system.
-    pub async fn ready(&self) -> Result<(), StoreError> {
-        let fresh = self
-            .ready_cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|at| at.elapsed() < READY_CACHE);
-        if fresh && !self.poisoned.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        let answer = self.check_ready().await;
-        *self.ready_cache.lock().unwrap_or_else(|e| e.into_inner()) =
-            answer.is_ok().then(Instant::now);
-        answer
-    }
-
-    async fn check_ready(&self) -> Result<(), StoreError> {
-        self.ping().await?;
-        let dir = self.dir.clone();
-        let free = tokio::task::spawn_blocking(move || {
-            nix::sys::statvfs::statvfs(dir.as_path())
-                .map(|s| s.blocks_available() * s.fragment_size())
-        })
-        .await
-        .map_err(|_| StoreError::Closed)?;
-        match free {
-            Ok(bytes) if bytes < MIN_FREE_BYTES => Err(StoreError::Unavailable(format!(
-                "only {bytes} bytes free on the database's file system"
-            ))),
-            // Unknown free space is not a reason to stop taking events.
-            _ => Ok(()),
-        }
-    }
-
-    /// A catch-up job's write, answered once durable. Waits for room in
-    /// the queue: the job is in no hurry, and ingest comes first.
-    pub async fn catchup(&self, op: super::jobs::Op) -> Result<super::jobs::Done, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::Catchup { op, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Renews the leases in `renew`, then leases up to the given number of
-    /// due deliveries of each lane.
-    pub async fn claim(
-        &self,
-        lanes: Vec<ClaimFrom>,
-        now: i64,
-        lease_until: i64,
-        clock_went_back: bool,
-        renew: Vec<Lease>,
-    ) -> Result<Claims, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Claim {
-            lanes,
-            now,
-            lease_until,
-            clock_went_back,
-            renew,
-            reply,
-        })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Queues an attempt's outcome; it commits with the next group. Waits
-    /// for room rather than dropping it when ingest has filled the queue:
-    /// a dropped outcome would mean a second delivery.
-    pub async fn record(&self, record: AttemptRecord, now: i64) -> Result<(), StoreError> {
-        self.tx
-            .send(WriteCmd::Record { record, now })
-            .await
-            .map_err(|_| StoreError::Closed)
-    }
-
-    /// Settles each lease still held by `settle` (attempt number →
-    /// outcome), durably; answers which were (the others were stale).
-    pub async fn settle(
-        &self,
-        leases: Vec<Lease>,
-        settle: std::sync::Arc<dyn Fn(u32) -> super::deliveries::Settled + Send + Sync>,
-        error: Option<String>,
-        now: i64,
-    ) -> Result<Vec<bool>, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Settle {
-            leases,
-            settle,
-            error,
-            now,
-            reply,
-        })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Makes a resumed destination's backlog due now; answers once
-    /// committed.
-    pub async fn make_due(
-        &self,
-        source: String,
-        destination: String,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::MakeDue {
-                source,
-                destination,
-                now,
-                reply,
-            })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Gives back leases that will not be used, durably.
-    pub async fn release(&self, leases: Vec<Lease>) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Release { leases, reply })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Puts matching dead or delivered deliveries back to pending (and
-    /// creates those the filters ask for), durably and all at once.
-    pub async fn replay(&self, filters: Vec<ReplayFilter>, now: i64) -> Result<usize, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Replay {
-            filters,
-            now,
-            reply,
-        })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Prunes a retention batch, durably; returns how many rows changed.
-    /// Waits for room in the queue rather than fail: retention is never
-    /// in a hurry, and it yields to ingest by queueing behind it.
-    pub async fn prune(&self, batch: PruneBatch) -> Result<usize, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::Prune { batch, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Caches a fetched named IP set, durably. Waits for room in the
-    /// queue: a refresh is never in a hurry.
-    pub async fn save_ip_set(
-        &self,
-        name: String,
-        set: super::ip_sets::CachedSet,
-    ) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::SaveIpSet { name, set, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Pauses or resumes a destination, durably. Waits for room in the
-    /// queue: rare, and the caller needs it done.
-    pub async fn pause(&self, op: super::pauses::PauseOp) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::Pause { op, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Records a refused request, without waiting: dropped and counted
-    /// when the buffer is full.
-    pub fn reject(&self, rejection: Rejection) {
-        self.rejections.push(rejection);
-    }
-
-    fn send(&self, cmd: WriteCmd) -> Result<(), StoreError> {
-        self.tx.try_send(cmd).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
-            mpsc::error::TrySendError::Closed(_) => StoreError::Closed,
-        })
-    }
-}
-
 /// The threads the writer owns and stops, in order, when it stops.
 pub struct Helpers {
     /// Batch size and commit time, observed once per group.
@@ -459,7 +188,7 @@ pub struct Helpers {
     pub indexer: Option<Indexer>,
     /// Refused requests: the receive path's end, and the writer's.
     pub rejections: (RejectionQueue, mpsc::Receiver<Rejection>),
-    /// Rows the rejections table keeps ([`rejections::KEEP`]).
+    /// Rows the rejections table keeps ([`super::rejections::KEEP`]).
     pub keep_rejections: i64,
 }
 
@@ -564,151 +293,6 @@ impl Writer {
             self.flush_rejections();
         }
         self.stop();
-    }
-
-    /// The next command; `None` once every handle is gone. While none
-    /// waits, the idle jobs take their turns: refused requests once a
-    /// [`FLUSH_EVERY`], and the search index once nothing has come for
-    /// [`INDEX_WHEN_IDLE`]: tokenizing takes CPU that a burst of ingest
-    /// needs (measured: a quarter of the throughput of a saturated
-    /// two-core machine when indexed between every two groups), and a
-    /// webhook inbox's bursts end.
-    fn next_command(
-        &mut self,
-        rx: &mut mpsc::Receiver<WriteCmd>,
-        timer: Option<&tokio::runtime::Runtime>,
-    ) -> Option<WriteCmd> {
-        use mpsc::error::TryRecvError;
-        loop {
-            match rx.try_recv() {
-                Ok(cmd) => return Some(cmd),
-                Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty) => {}
-            }
-            if self.rejections_due(FLUSH_EVERY) {
-                self.flush_rejections();
-                continue;
-            }
-            let indexing = self.helpers.indexer.as_ref().is_some_and(Indexer::behind);
-            if indexing && self.last_group.elapsed() >= INDEX_WHEN_IDLE {
-                self.index_step(search::STEP_ROWS);
-                continue;
-            }
-            // Wait for a command, but not past the next idle job's turn.
-            let mut wait = if self.helpers.rejections.1.is_empty() {
-                FLUSH_EVERY
-            } else {
-                FLUSH_EVERY.saturating_sub(self.last_flush.elapsed())
-            };
-            if indexing {
-                wait = wait.min(INDEX_WHEN_IDLE.saturating_sub(self.last_group.elapsed()));
-            }
-            let next = match timer {
-                Some(timer) => timer.block_on(async {
-                    tokio::time::timeout(wait.max(IDLE_POLL), rx.recv())
-                        .await
-                        .ok()
-                }),
-                None if indexing => {
-                    std::thread::sleep(IDLE_POLL);
-                    continue;
-                }
-                None => Some(rx.blocking_recv()),
-            };
-            match next {
-                Some(Some(cmd)) => return Some(cmd),
-                Some(None) => return None,
-                None => continue,
-            }
-        }
-    }
-
-    /// Whether more events wait to be indexed than a pause should be
-    /// waited for: then a step follows every group, and search keeps
-    /// pace with ingest at ingest's expense.
-    fn index_far_behind(&mut self) -> bool {
-        let Some(indexer) = self.helpers.indexer.as_ref() else {
-            return false;
-        };
-        indexer.behind()
-            && indexer
-                .waiting(&self.conn)
-                .is_ok_and(|waiting| waiting > INDEX_LAG_LIMIT)
-    }
-
-    /// Indexes the next events for search, when there may be some; a
-    /// failure is logged by the indexer and tried again after the next
-    /// group.
-    fn index_step(&mut self, rows: usize) {
-        if self.helpers.poisoned.load(Ordering::Relaxed) {
-            return;
-        }
-        let Some(indexer) = self.helpers.indexer.as_mut() else {
-            return;
-        };
-        if !indexer.behind() {
-            return;
-        }
-        let started = Instant::now();
-        if let Ok(seen) = indexer.step(&mut self.conn, rows)
-            && seen > 0
-        {
-            self.helpers.checkpointer.0.nudge();
-            tracing::trace!(
-                events = seen,
-                took_us = started.elapsed().as_micros() as u64,
-                "search index step"
-            );
-        }
-    }
-
-    /// Whether refused requests wait and the last flush was `every` ago.
-    fn rejections_due(&self, every: Duration) -> bool {
-        !self.helpers.rejections.1.is_empty() && self.last_flush.elapsed() >= every
-    }
-
-    /// Flushes one chunk of waiting refused requests ([`FLUSH_CHUNK`]) in
-    /// a transaction of its own; once none wait, the next flush is a
-    /// [`FLUSH_EVERY`] away. Records that cannot be written are dropped
-    /// and counted: they must not hold the writer, nor pile up while the
-    /// disk is full.
-    fn flush_rejections(&mut self) {
-        let mut rows = Vec::with_capacity(FLUSH_CHUNK);
-        while rows.len() < FLUSH_CHUNK {
-            match self.helpers.rejections.1.try_recv() {
-                Ok(r) => rows.push(r),
-                Err(_) => break,
-            }
-        }
-        if self.helpers.rejections.1.is_empty() {
-            self.last_flush = Instant::now();
-        }
-        if rows.is_empty() {
-            return;
-        }
-        if let Err(e) = self.write_rejections(&rows) {
-            self.helpers.rejections.0.lost(rows.len());
-            let now = Instant::now();
-            if self
-                .flush_failed_logged
-                .is_none_or(|at| now.duration_since(at) >= FAILURE_LOG_INTERVAL)
-            {
-                tracing::warn!(error = %format!("{e:#}"), records = rows.len(), "could not record refused requests; dropped them");
-                self.flush_failed_logged = Some(now);
-            }
-        }
-    }
-
-    fn write_rejections(&mut self, rows: &[Rejection]) -> anyhow::Result<()> {
-        anyhow::ensure!(!self.helpers.poisoned.load(Ordering::Relaxed), "{POISONED}");
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .context("beginning a transaction")?;
-        rejections::insert(&tx, rows, self.helpers.keep_rejections)?;
-        tx.commit().context("committing")?;
-        self.helpers.checkpointer.0.nudge();
-        Ok(())
     }
 
     /// Stops the syncer (which answers what it holds) and the checkpointer,
@@ -857,7 +441,8 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::models::Origin;
+    use crate::store::models::{Inserted, NewEvent, Origin};
+    use tokio::sync::oneshot;
 
     fn insert(delivery: &str) -> (WriteCmd, oneshot::Receiver<Result<Inserted, StoreError>>) {
         let (reply, rx) = oneshot::channel();
