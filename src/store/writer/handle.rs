@@ -9,16 +9,15 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::command::{Claims, WriteCmd};
-use super::super::deliveries::{AttemptRecord, ClaimFrom, Lease};
-use super::super::error::StoreError;
-use super::super::models::{Inserted, NewEvent};
-use super::super::recent::RecentKeys;
-use super::super::rejections::{Rejection, RejectionQueue};
-use super::super::replay::ReplayFilter;
-use super::super::retention::PruneBatch;
-
 use super::{MIN_FREE_BYTES, POISONED, READY_CACHE};
+use crate::store::command::{Claims, WriteCmd};
+use crate::store::deliveries::{AttemptRecord, ClaimFrom, Lease};
+use crate::store::error::StoreError;
+use crate::store::models::{Inserted, NewEvent};
+use crate::store::recent::RecentKeys;
+use crate::store::rejections::{Rejection, RejectionQueue};
+use crate::store::replay::ReplayFilter;
+use crate::store::retention::PruneBatch;
 
 /// The sending side: cheap to clone, one per part that writes.
 #[derive(Clone)]
@@ -128,8 +127,8 @@ impl WriterHandle {
     /// the queue: the job is in no hurry, and ingest comes first.
     pub async fn catchup(
         &self,
-        op: super::super::jobs::Op,
-    ) -> Result<super::super::jobs::Done, StoreError> {
+        op: crate::store::jobs::Op,
+    ) -> Result<crate::store::jobs::Done, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(WriteCmd::Catchup { op, reply })
@@ -175,7 +174,7 @@ impl WriterHandle {
     pub async fn settle(
         &self,
         leases: Vec<Lease>,
-        settle: std::sync::Arc<dyn Fn(u32) -> super::super::deliveries::Settled + Send + Sync>,
+        settle: std::sync::Arc<dyn Fn(u32) -> crate::store::deliveries::Settled + Send + Sync>,
         error: Option<String>,
         now: i64,
     ) -> Result<Vec<bool>, StoreError> {
@@ -247,7 +246,7 @@ impl WriterHandle {
     pub async fn save_ip_set(
         &self,
         name: String,
-        set: super::super::ip_sets::CachedSet,
+        set: crate::store::ip_sets::CachedSet,
     ) -> Result<(), StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -259,7 +258,7 @@ impl WriterHandle {
 
     /// Pauses or resumes a destination, durably. Waits for room in the
     /// queue: rare, and the caller needs it done.
-    pub async fn pause(&self, op: super::super::pauses::PauseOp) -> Result<(), StoreError> {
+    pub async fn pause(&self, op: crate::store::pauses::PauseOp) -> Result<(), StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(WriteCmd::Pause { op, reply })

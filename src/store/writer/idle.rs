@@ -10,11 +10,10 @@ use anyhow::Context;
 use rusqlite::TransactionBehavior;
 use tokio::sync::mpsc;
 
-use super::super::command::WriteCmd;
-use super::super::rejections::{self, FLUSH_CHUNK, FLUSH_EVERY, Rejection};
-use super::super::search::{self, Indexer};
-
 use super::{FAILURE_LOG_INTERVAL, POISONED, Writer};
+use crate::store::command::WriteCmd;
+use crate::store::rejections::{self, FLUSH_CHUNK, FLUSH_EVERY, Rejection};
+use crate::store::search::{self, Indexer};
 
 /// Quiet time after a group before the writer indexes for search.
 const INDEX_WHEN_IDLE: Duration = Duration::from_millis(20);
