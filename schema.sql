@@ -184,6 +184,8 @@ CREATE VIRTUAL TABLE events_fts USING fts5 (
     contentless_delete = 1,
     tokenize = 'unicode61 remove_diacritics 2'
 );
+-- Merged by the writer in small pieces, never by FTS5 itself (version 14).
+INSERT INTO events_fts (events_fts, rank) VALUES ('automerge', 0);
 CREATE TRIGGER events_fts_delete AFTER DELETE ON events BEGIN
     DELETE FROM events_fts WHERE rowid = old.id;
 END;
