@@ -149,6 +149,9 @@ pub struct WriterMetrics {
     pub batch_size: Histogram,
     /// Time to run and commit a group's transaction.
     pub commit_seconds: Histogram,
+    /// Time of each `fdatasync` of the WAL that answers wait for
+    /// (`durability = "full"`): the disk's part of a request's time.
+    pub sync_seconds: Histogram,
     /// Refused requests not recorded: their buffer was full, or the
     /// flush failed (`crate::store::rejections`).
     pub rejections_dropped: Counter,
@@ -159,6 +162,7 @@ impl Default for WriterMetrics {
         WriterMetrics {
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
             commit_seconds: latency_histogram(),
+            sync_seconds: latency_histogram(),
             rejections_dropped: Counter::default(),
         }
     }
@@ -203,6 +207,11 @@ impl Metrics {
             "writer_commit_duration_seconds",
             "Time to run and commit one writer transaction (the WAL fsync follows on the syncer thread)",
             writer.commit_seconds.clone(),
+        );
+        registry.register(
+            "wal_sync_duration_seconds",
+            "Time of one fsync of the WAL, which the answers of the groups it covers wait for (durability = \"full\")",
+            writer.sync_seconds.clone(),
         );
         registry.register(
             "rejections_dropped",

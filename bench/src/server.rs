@@ -47,6 +47,19 @@ pub struct Exit {
     pub shutdown: Duration,
 }
 
+/// Lets the disk finish with what earlier runs deleted before a run
+/// starts. On a file system mounted with `discard` (this benchmark's VM:
+/// ext4, `-o discard`), the blocks of the previous run's database (a few
+/// hundred MiB) are trimmed at the next journal commit, and a run started
+/// right after waited 0.1-1 s on some of its WAL fsyncs (the server's
+/// `hookbox_wal_sync_duration_seconds` shows them): about one run in five
+/// had a p99 or p99.9 of 80-830 ms from that alone, none of six in a row
+/// once `sync` and a pause came first.
+async fn settle_disk() {
+    let _ = tokio::process::Command::new("sync").status().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
 impl Server {
     /// Writes the config and spawns `binary serve --config ..`; returns the
     /// server once `/readyz` on the public port answers 200, with the time
@@ -60,6 +73,7 @@ impl Server {
         search: bool,
         deliver: &Deliver,
     ) -> Result<(Server, Duration)> {
+        settle_disk().await;
         let dir = tempfile::Builder::new()
             .prefix("hookbox-bench-")
             .tempdir()

@@ -96,7 +96,12 @@ pub fn open(
         metrics: writer_metrics.clone(),
         checkpointer: checkpoint::spawn(path)?,
         syncer: match durability {
-            Durability::Full => Some(syncer::spawn(path, poisoned.clone(), recent.clone())?),
+            Durability::Full => Some(syncer::spawn(
+                path,
+                poisoned.clone(),
+                recent.clone(),
+                writer_metrics.sync_seconds.clone(),
+            )?),
             Durability::Normal => None,
         },
         poisoned,

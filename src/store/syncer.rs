@@ -23,13 +23,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+use std::time::{Duration, Instant};
+
 use anyhow::Context;
+use prometheus_client::metrics::histogram::Histogram;
 
 use super::command::{Applied, WriteCmd};
 use super::error::StoreError;
 use super::recent::RecentKeys;
 
 type Group = Vec<(WriteCmd, Applied)>;
+
+/// An fsync this slow is logged (at debug): every answer waiting on it
+/// is at least this late.
+const SLOW_SYNC: Duration = Duration::from_millis(50);
 
 /// The writer's side of the syncer.
 pub struct Syncer(mpsc::Sender<Group>);
@@ -52,6 +59,7 @@ pub fn spawn(
     db: &Path,
     poisoned: Arc<AtomicBool>,
     recent: Arc<RecentKeys>,
+    sync_seconds: Histogram,
 ) -> anyhow::Result<(Syncer, JoinHandle<()>)> {
     let mut wal_path = db.as_os_str().to_owned();
     wal_path.push("-wal");
@@ -61,7 +69,7 @@ pub fn spawn(
     let (tx, rx) = mpsc::channel::<Group>();
     let join = std::thread::Builder::new()
         .name("store-syncer".into())
-        .spawn(move || run(&wal, &rx, &poisoned, &recent))
+        .spawn(move || run(&wal, &rx, &poisoned, &recent, &sync_seconds))
         .context("starting the syncer thread")?;
     Ok((Syncer(tx), join))
 }
@@ -78,7 +86,13 @@ fn private_file(path: &Path) -> anyhow::Result<File> {
         .with_context(|| format!("opening the WAL {}", path.display()))
 }
 
-fn run(wal: &File, rx: &mpsc::Receiver<Group>, poisoned: &AtomicBool, recent: &RecentKeys) {
+fn run(
+    wal: &File,
+    rx: &mpsc::Receiver<Group>,
+    poisoned: &AtomicBool,
+    recent: &RecentKeys,
+    sync_seconds: &Histogram,
+) {
     let mut pending: Vec<Group> = Vec::new();
     while let Ok(first) = rx.recv() {
         pending.push(first);
@@ -92,7 +106,19 @@ fn run(wal: &File, rx: &mpsc::Receiver<Group>, poisoned: &AtomicBool, recent: &R
             }
             continue;
         }
-        match wal.sync_data() {
+        let started = Instant::now();
+        let synced = wal.sync_data();
+        let took = started.elapsed();
+        sync_seconds.observe(took.as_secs_f64());
+        if took >= SLOW_SYNC {
+            let answers: usize = pending.iter().map(Vec::len).sum();
+            tracing::debug!(
+                took_ms = took.as_millis() as u64,
+                answers,
+                "slow fsync of the WAL"
+            );
+        }
+        match synced {
             Ok(()) => {
                 for (cmd, applied) in pending.drain(..).flatten() {
                     cmd.answer(applied, recent);

@@ -289,6 +289,8 @@ async fn metrics_parse_and_count_accepted_duplicate_and_rejected_requests() {
         "{batches} groups, {batched} commands"
     );
     assert!(value(&after, "hookbox_writer_commit_duration_seconds_count", &[]).unwrap() >= 1.0);
+    // durability = "full": every answered group waited for an fsync.
+    assert!(value(&after, "hookbox_wal_sync_duration_seconds_count", &[]).unwrap() >= 1.0);
     assert!(value(&after, "hookbox_database_size_bytes", &[]).unwrap() > 0.0);
     // A source without a destination stores: nothing pending or dead.
     assert_eq!(
