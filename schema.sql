@@ -208,7 +208,7 @@ CREATE TABLE rejections (
     body_bytes   INTEGER,             -- read, or declared when not read
     content_type TEXT,
     detail       TEXT                 -- JSON object: facts behind the reason
-);
+, repeats INTEGER NOT NULL DEFAULT 0, last_at INTEGER);   -- since version 15 (ALTER TABLE wrote it so)
 CREATE INDEX rejections_source ON rejections (source, id);
 -- Version 13: hourly traffic counters per source, which the dashboard's
 -- charts read instead of scanning events. The writer adds to them in the

@@ -630,10 +630,18 @@ async fn forged(args: &Args, server: &Server) -> Result<Measured> {
         server.dir.path().join("hookbox.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
     )?;
-    let (rows, max_id): (i64, i64) = db.query_row(
-        "SELECT count(*), coalesce(max(id), 0) FROM rejections",
+    // Since schema 15 a row also counts the repeats folded into it; an
+    // older binary's table has no such column, and a row each.
+    let folds = db
+        .prepare("SELECT 1 FROM pragma_table_info('rejections') WHERE name = 'repeats'")?
+        .exists([])?;
+    let counted = if folds { "1 + repeats" } else { "1" };
+    let (rows, refusals, max_id): (i64, i64, i64) = db.query_row(
+        &format!(
+            "SELECT count(*), coalesce(sum({counted}), 0), coalesce(max(id), 0) FROM rejections"
+        ),
         [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
     let metrics = admin_get(server, "/metrics").await?;
     let dropped = metrics
@@ -643,7 +651,8 @@ async fn forged(args: &Args, server: &Server) -> Result<Measured> {
         .to_owned();
     println!(
         "  (forged requests answered: {} = 401: {unauthorized} + 429: {limited} + other: {other}; \
-         rejections table: {rows} rows, {max_id} recorded in all; dropped (buffer full): {dropped})",
+         rejections table: {rows} rows counting {refusals} refusals, {max_id} rows written in all; \
+         dropped (buffer full): {dropped})",
         unauthorized + limited + other
     );
     Ok(measured)

@@ -13,12 +13,20 @@
 //! [`KEEP`] rows by id: ids only grow and the newest row is never deleted,
 //! so `id <= max - KEEP` is exactly the overflow, found in the primary key.
 //!
+//! Repeats fold: a refusal with the source, client, status and reason of
+//! a row begun less than [`FOLD_WINDOW_MS`] earlier adds one to that
+//! row's `repeats` and moves its `last_at` instead of writing a row
+//! ([`Folds`]). A flood from a few addresses is then a few rows a second
+//! with their counts, not thousands that push every earlier refusal out
+//! of the table, and much less for the writer to write.
+//!
 //! What a record holds is chosen so it can be shown to anyone who may see
 //! the dashboard: the header *names* (never a value: signatures and tokens
 //! live in values), the body's size and content type (never the body), and
 //! non-secret facts behind the reason ([`Detail`]). The receive side builds
 //! it (`crate::receive::refusal`); this module stores and lists it.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -41,6 +49,14 @@ pub const FLUSH_CHUNK: usize = 256;
 
 /// How often an idle writer flushes waiting records.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a row keeps taking the repeats of its refusal, from its
+/// first one, in unix ms.
+pub const FOLD_WINDOW_MS: i64 = 10_000;
+
+/// Most rows [`Folds`] remembers; past it, rows whose window is over are
+/// forgotten, or all of them if none is.
+const FOLD_ROWS: usize = 1024;
 
 /// Longest text kept of anything the client chose (the source name in the
 /// URL, the content type, each header name).
@@ -135,14 +151,82 @@ impl RejectionQueue {
     }
 }
 
-/// Inserts `rows`, then trims the table to the newest `keep`.
-pub(super) fn insert(tx: &Transaction, rows: &[Rejection], keep: i64) -> anyhow::Result<()> {
+/// What makes two refusals the same for folding.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FoldKey {
+    source: String,
+    client: Option<IpAddr>,
+    status: u16,
+    reason: &'static str,
+}
+
+impl FoldKey {
+    fn of(r: &Rejection) -> FoldKey {
+        FoldKey {
+            source: r.source.clone(),
+            client: r.client,
+            status: r.status,
+            reason: r.reason,
+        }
+    }
+}
+
+/// The rows later refusals may fold into, remembered by the writer (the
+/// only connection that adds rows). A restart forgets them: the first
+/// refusal after it begins a row of its own.
+#[derive(Debug, Default)]
+pub struct Folds {
+    /// Each key's newest row: its id and its first refusal's time.
+    rows: HashMap<FoldKey, (i64, i64)>,
+    /// The newest id written: a row more than `keep` older is trimmed.
+    newest: i64,
+}
+
+impl Folds {
+    /// The row `r` folds into, if it is still in the table and its
+    /// window is open.
+    fn row_for(&self, key: &FoldKey, at: i64, keep: i64) -> Option<i64> {
+        let &(id, since) = self.rows.get(key)?;
+        let open = (since..since + FOLD_WINDOW_MS).contains(&at);
+        (open && id > self.newest - keep).then_some(id)
+    }
+
+    fn began(&mut self, key: FoldKey, id: i64, at: i64) {
+        if self.rows.len() >= FOLD_ROWS {
+            self.rows
+                .retain(|_, &mut (_, since)| at - since < FOLD_WINDOW_MS);
+            if self.rows.len() >= FOLD_ROWS {
+                self.rows.clear();
+            }
+        }
+        self.rows.insert(key, (id, at));
+        self.newest = id;
+    }
+}
+
+/// Writes `rows`, each as a row of its own or folded into an earlier one
+/// ([`Folds`]), then trims the table to the newest `keep`.
+pub(super) fn insert(
+    tx: &Transaction,
+    rows: &[Rejection],
+    keep: i64,
+    folds: &mut Folds,
+) -> anyhow::Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO rejections
            (at, source, client, status, reason, header_names, body_bytes, content_type, detail)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?;
+    // Repeats per row, with the last one's time: one update each.
+    let mut repeats: HashMap<i64, (i64, i64)> = HashMap::new();
     for r in rows {
+        let key = FoldKey::of(r);
+        if let Some(id) = folds.row_for(&key, r.at, keep) {
+            let (n, last) = repeats.entry(id).or_insert((0, r.at));
+            *n += 1;
+            *last = (*last).max(r.at);
+            continue;
+        }
         let names = serde_json::to_string(&r.header_names).context("encoding header names")?;
         let detail = if r.detail.is_empty() {
             None
@@ -161,6 +245,15 @@ pub(super) fn insert(tx: &Transaction, rows: &[Rejection], keep: i64) -> anyhow:
             detail,
         ])
         .context("recording a rejection")?;
+        folds.began(key, tx.last_insert_rowid(), r.at);
+    }
+    let mut fold = tx.prepare_cached(
+        "UPDATE rejections SET repeats = repeats + ?2, last_at = max(coalesce(last_at, at), ?3)
+         WHERE id = ?1",
+    )?;
+    for (id, (n, last)) in repeats {
+        fold.execute(params![id, n, last])
+            .context("folding repeated rejections")?;
     }
     tx.prepare_cached("DELETE FROM rejections WHERE id <= (SELECT max(id) FROM rejections) - ?1")?
         .execute([keep])
@@ -191,6 +284,11 @@ pub struct RejectionRow {
     pub body_bytes: Option<i64>,
     pub content_type: Option<String>,
     pub detail: Detail,
+    /// Later refusals folded into this row: the same source, client,
+    /// status and reason within [`FOLD_WINDOW_MS`] of `at`.
+    pub repeats: i64,
+    /// Unix ms of the last of them; `None` without repeats.
+    pub last_at: Option<i64>,
 }
 
 /// One page, newest first; pass `next_before` back as `before`.
@@ -206,7 +304,7 @@ pub fn list(conn: &Connection, filter: &RejectionFilter) -> anyhow::Result<Rejec
     let mut rows = conn
         .prepare_cached(
             "SELECT id, at, source, client, status, reason, header_names, body_bytes,
-                    content_type, detail
+                    content_type, detail, repeats, last_at
              FROM rejections
              WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR id < ?2)
              ORDER BY id DESC LIMIT ?3",
@@ -231,6 +329,8 @@ pub fn list(conn: &Connection, filter: &RejectionFilter) -> anyhow::Result<Rejec
                     detail: detail
                         .and_then(|d| serde_json::from_str(&d).ok())
                         .unwrap_or_default(),
+                    repeats: r.get(10)?,
+                    last_at: r.get(11)?,
                 })
             },
         )?
@@ -253,11 +353,13 @@ mod tests {
     use super::*;
     use crate::store::test_support::db;
 
+    /// Refusal `n`, at `n` ms, from a client of its own (so it folds
+    /// into no other).
     fn rejection(n: i64, source: &str) -> Rejection {
         Rejection {
             at: n,
             source: source.to_owned(),
-            client: Some(IpAddr::from([192, 0, 2, 7])),
+            client: Some(IpAddr::from(std::net::Ipv6Addr::from(n as u128))),
             status: 401,
             reason: "invalid_signature",
             header_names: vec!["content-type".into(), "x-hub-signature-256".into()],
@@ -271,9 +373,99 @@ mod tests {
     }
 
     fn flush(conn: &mut Connection, rows: &[Rejection], keep: i64) {
+        flush_folding(conn, rows, keep, &mut Folds::default());
+    }
+
+    fn flush_folding(conn: &mut Connection, rows: &[Rejection], keep: i64, folds: &mut Folds) {
         let tx = conn.transaction().unwrap();
-        insert(&tx, rows, keep).unwrap();
+        insert(&tx, rows, keep, folds).unwrap();
         tx.commit().unwrap();
+    }
+
+    /// `(at, client, repeats, last_at)` of every row, oldest first.
+    fn folded(conn: &Connection) -> Vec<(i64, String, i64, Option<i64>)> {
+        conn.prepare("SELECT at, client, repeats, last_at FROM rejections ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    #[test]
+    fn repeats_fold_into_the_row_of_their_first_within_its_window() {
+        let mut conn = db();
+        let mut folds = Folds::default();
+        let from = |at: i64, client: [u8; 4]| Rejection {
+            at,
+            client: Some(IpAddr::from(client)),
+            ..rejection(0, "github")
+        };
+        let (a, b) = ([192, 0, 2, 1], [192, 0, 2, 2]);
+        // Across chunks (flushes) too: the writer remembers the rows.
+        flush_folding(
+            &mut conn,
+            &[from(1_000, a), from(1_001, a), from(1_002, b)],
+            KEEP,
+            &mut folds,
+        );
+        flush_folding(
+            &mut conn,
+            &[from(5_000, a), from(10_999, a)],
+            KEEP,
+            &mut folds,
+        );
+        // Past a's window: a row of its own; another status or reason too.
+        let mut other_reason = from(11_002, b);
+        other_reason.reason = "timestamp_out_of_tolerance";
+        flush_folding(
+            &mut conn,
+            &[from(11_000, a), from(11_001, b), other_reason],
+            KEEP,
+            &mut folds,
+        );
+        assert_eq!(
+            folded(&conn),
+            [
+                (1_000, "192.0.2.1".into(), 3, Some(10_999)),
+                (1_002, "192.0.2.2".into(), 1, Some(11_001)),
+                (11_000, "192.0.2.1".into(), 0, None),
+                (11_002, "192.0.2.2".into(), 0, None),
+            ]
+        );
+        // Every refusal is in a row or a row's count.
+        let total: i64 = conn
+            .query_row("SELECT sum(1 + repeats) FROM rejections", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(total, 8);
+        let listed = list(
+            &conn,
+            &RejectionFilter {
+                limit: 10,
+                ..RejectionFilter::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(listed.rejections[3].repeats, 3);
+        assert_eq!(listed.rejections[3].last_at, Some(10_999));
+    }
+
+    #[test]
+    fn a_row_the_bound_trimmed_takes_no_more_repeats() {
+        let mut conn = db();
+        let mut folds = Folds::default();
+        let mut first = rejection(1, "github");
+        first.client = Some(IpAddr::from([192, 0, 2, 9]));
+        flush_folding(&mut conn, std::slice::from_ref(&first), 3, &mut folds);
+        let others: Vec<_> = (2..5).map(|n| rejection(n, "github")).collect();
+        flush_folding(&mut conn, &others, 3, &mut folds);
+        // The first row is gone; its repeat begins a row of its own.
+        let mut again = first.clone();
+        again.at = 5;
+        flush_folding(&mut conn, &[again], 3, &mut folds);
+        let rows = folded(&conn);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[2], (5, "192.0.2.9".into(), 0, None));
     }
 
     #[test]

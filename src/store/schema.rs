@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0012_rejections.sql"),
     include_str!("migrations/0013_counters.sql"),
     include_str!("migrations/0014_search_merges.sql"),
+    include_str!("migrations/0015_rejection_repeats.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {

@@ -241,6 +241,8 @@ struct Writer {
     last_flush: Instant,
     /// When a failed rejection flush was last logged.
     flush_failed_logged: Option<Instant>,
+    /// The rows repeated refusals fold into.
+    folds: super::rejections::Folds,
 }
 
 impl Writer {
@@ -253,6 +255,7 @@ impl Writer {
             last_group: Instant::now(),
             last_flush: Instant::now(),
             flush_failed_logged: None,
+            folds: super::rejections::Folds::default(),
         }
     }
 

@@ -66,13 +66,17 @@ async fn wait_for_rejections(app: &TestApp, path: &str, n: usize) -> Vec<Value> 
     loop {
         let page = json(app.admin_get(path).await).await;
         let rows = page["rejections"].as_array().unwrap().clone();
-        if rows.len() >= n {
+        // A row stands for its first refusal and the repeats folded in.
+        let counted: usize = rows
+            .iter()
+            .map(|r| 1 + r["repeats"].as_u64().unwrap() as usize)
+            .sum();
+        if counted >= n {
             return rows;
         }
         assert!(
             Instant::now() < deadline,
-            "{} of {n} rejections recorded: {page}",
-            rows.len()
+            "{counted} of {n} rejections recorded: {page}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -157,8 +161,9 @@ async fn each_kind_of_refusal_is_recorded_with_its_reason_status_client_header_n
     let blocked = post(&app, "github", "203.0.113.9").body("{}").send().await;
     assert_eq!(blocked.unwrap().status(), 429);
 
+    // Twelve refusals in ten rows: the blocked client's three 401s fold.
     let rows = wait_for_rejections(&app, "/api/rejections?limit=100", 12).await;
-    assert_eq!(rows.len(), 12, "{rows:#?}");
+    assert_eq!(rows.len(), 10, "{rows:#?}");
     let by_client = |client: &str| -> &Value {
         rows.iter()
             .find(|r| r["client"] == client)
@@ -232,17 +237,29 @@ async fn each_kind_of_refusal_is_recorded_with_its_reason_status_client_header_n
         (&400.into(), &"missing_delivery_id".into())
     );
 
+    // Its three failures fold into one row, the 429 has its own.
     let from_blocked: Vec<&Value> = rows
         .iter()
         .filter(|r| r["client"] == "203.0.113.9")
         .collect();
-    assert_eq!(from_blocked.len(), 4);
+    assert_eq!(from_blocked.len(), 2, "{from_blocked:?}");
     let limited = from_blocked[0];
     assert_eq!(
-        (&limited["status"], &limited["reason"]),
-        (&429.into(), &"too_many_failures".into())
+        (&limited["status"], &limited["reason"], &limited["repeats"]),
+        (&429.into(), &"too_many_failures".into(), &0.into())
     );
     assert!(limited["detail"]["retry_after_secs"].as_u64().unwrap() > 0);
+    let failures = from_blocked[1];
+    assert_eq!(
+        (
+            &failures["status"],
+            &failures["reason"],
+            &failures["repeats"]
+        ),
+        (&401.into(), &"invalid_signature".into(), &2.into())
+    );
+    let (first, last) = (failures["at"].as_i64(), failures["last_at"].as_i64());
+    assert!(last >= first, "{failures}");
 
     // Newest first, and each row's time is now-ish.
     let ids: Vec<i64> = rows.iter().map(|r| r["id"].as_i64().unwrap()).collect();
@@ -337,22 +354,41 @@ async fn no_secret_signature_or_body_reaches_the_table_the_api_or_the_dashboard(
     app.shutdown().await;
 }
 
-/// Sends `n` forged requests to `github` over `concurrency` connections.
+/// Sends `n` forged requests to `github` over `concurrency` connections,
+/// all from this test's one address: they fold into a few rows.
 async fn flood(app: &TestApp, n: usize, concurrency: usize) {
+    let github = std::sync::Arc::new(|_| "github".to_owned());
+    flood_to(app, n, concurrency, github, &[401, 429]).await;
+}
+
+/// Sends `n` forged requests over `concurrency` connections, request `i`
+/// to `/hooks/{path(i)}`, each answered one of `statuses`.
+async fn flood_to(
+    app: &TestApp,
+    n: usize,
+    concurrency: usize,
+    path: std::sync::Arc<dyn Fn(usize) -> String + Send + Sync>,
+    statuses: &'static [u16],
+) {
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let tasks: Vec<_> = (0..concurrency)
         .map(|_| {
-            let (client, url, next) = (app.client.clone(), app.url("/hooks/github"), next.clone());
+            let (client, base, next) = (app.client.clone(), app.url("/hooks/"), next.clone());
+            let path = path.clone();
             tokio::spawn(async move {
-                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
                     let r = client
-                        .post(&url)
+                        .post(format!("{base}{}", path(i)))
                         .header("x-hub-signature-256", "sha256=00")
                         .body("{}")
                         .send()
                         .await
                         .unwrap();
-                    assert!(matches!(r.status().as_u16(), 401 | 429), "{}", r.status());
+                    assert!(statuses.contains(&r.status().as_u16()), "{}", r.status());
                 }
             })
         })
@@ -360,6 +396,16 @@ async fn flood(app: &TestApp, n: usize, concurrency: usize) {
     for t in tasks {
         t.await.unwrap();
     }
+}
+
+/// The count of `hookbox_rejections_dropped_total`.
+async fn dropped(app: &TestApp) -> u64 {
+    let metrics = app.admin_get("/metrics").await.text().await.unwrap();
+    let dropped = metrics
+        .lines()
+        .find(|l| l.starts_with("hookbox_rejections_dropped_total "))
+        .unwrap_or_else(|| panic!("no dropped counter in\n{metrics}"));
+    dropped.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
 fn table_span(app: &TestApp) -> (i64, i64, i64) {
@@ -373,13 +419,67 @@ fn table_span(app: &TestApp) -> (i64, i64, i64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_one_address_folds_into_a_few_rows_that_count_every_refusal() {
+    const SENT: i64 = 3_000;
+    let app = TestApp::spawn(GITHUB_SOURCE).await;
+    flood(&app, SENT as usize, 16).await;
+    let counted = |app: &TestApp| -> (i64, i64) {
+        app.db()
+            .query_row(
+                "SELECT count(*), coalesce(sum(1 + repeats), 0) FROM rejections",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (rows, total) = loop {
+        let (rows, total) = counted(&app);
+        if total + dropped(&app).await as i64 >= SENT {
+            break (rows, total);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{total} refusals counted of {SENT}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(total + dropped(&app).await as i64, SENT);
+    // 401s until the address is blocked, then 429s: a row for each per
+    // 10 s window.
+    assert!((2..=6).contains(&rows), "{rows} rows for {total} refusals");
+    let page = app
+        .admin_get("/api/rejections")
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
+    let listed = page["rejections"].as_array().unwrap();
+    assert_eq!(listed.len() as i64, rows);
+    let mut shown = 0;
+    for r in listed {
+        shown += 1 + r["repeats"].as_i64().unwrap();
+        if r["repeats"].as_i64().unwrap() > 0 {
+            assert!(
+                r["last_at"].as_i64().unwrap() >= r["at"].as_i64().unwrap(),
+                "{r}"
+            );
+        }
+    }
+    assert_eq!(shown, total);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_table_stays_at_its_bound_of_10000_under_a_flood_and_keeps_the_newest() {
     let app = TestApp::spawn(GITHUB_SOURCE).await;
     // In rounds, so that each is flushed before the next: a flood faster
-    // than the buffer drains is dropped and counted, not recorded.
+    // than the buffer drains is dropped and counted, not recorded. Each
+    // request names a source of its own (404), so none folds into another.
     let mut recorded = 0;
-    for _ in 0..6 {
-        flood(&app, 2_000, 16).await;
+    for round in 0..6 {
+        let path = std::sync::Arc::new(move |i| format!("flood-{round}-{i}"));
+        flood_to(&app, 2_000, 16, path, &[404]).await;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let (n, _, _) = table_span(&app);
@@ -405,12 +505,7 @@ async fn the_table_stays_at_its_bound_of_10000_under_a_flood_and_keeps_the_newes
     assert_eq!(n, 10_000);
     assert_eq!(max - min + 1, 10_000, "the newest 10,000 ids, no gap");
     assert_eq!(newest[0]["id"], max);
-    let metrics = app.admin_get("/metrics").await.text().await.unwrap();
-    let dropped = metrics
-        .lines()
-        .find(|l| l.starts_with("hookbox_rejections_dropped_total "))
-        .unwrap_or_else(|| panic!("no dropped counter in\n{metrics}"));
-    let dropped: u64 = dropped.rsplit(' ').next().unwrap().parse().unwrap();
+    let dropped = dropped(&app).await;
     assert!(
         max as u64 + dropped >= 12_001,
         "every refusal was recorded or counted as dropped ({max} ids, {dropped} dropped)"
@@ -420,13 +515,11 @@ async fn the_table_stays_at_its_bound_of_10000_under_a_flood_and_keeps_the_newes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_go_newest_first_by_source_behind_the_admin_token() {
-    let app = TestApp::spawn(GITHUB_SOURCE).await;
+    let app = spawn().await;
     for i in 0..5 {
         for source in ["alpha", "beta"] {
-            let r = app
-                .client
-                .post(app.url(&format!("/hooks/{source}")))
-                .header("x-n", i.to_string())
+            // Each from an address of its own: repeats of one would fold.
+            let r = post(&app, source, &format!("198.51.100.{i}"))
                 .body("{}")
                 .send()
                 .await
@@ -603,7 +696,12 @@ async fn in_chromium_the_rejected_requests_page_explains_each_reason_in_words() 
     for r in [locked, unknown, big, stale, forged] {
         assert!(r.send().await.unwrap().status().is_client_error());
     }
-    wait_for_rejections(&app, "/api/rejections", 5).await;
+    // The unknown name twice more: counted in its row.
+    for _ in 0..2 {
+        let again = post(&app, "githib", "198.51.100.5").body("{}");
+        assert_eq!(again.send().await.unwrap().status(), 404);
+    }
+    wait_for_rejections(&app, "/api/rejections", 7).await;
 
     let driver = start_driver().await;
     let browser = connect(&driver).await;
@@ -628,6 +726,7 @@ async fn in_chromium_the_rejected_requests_page_explains_each_reason_in_words() 
         "No source named \u{201c}githib\u{201d} is configured",
         "198.51.100.6 is not in the source's allow_ips",
         "x-hub-signature-256",
+        "and 2 more like it, the last at",
     ] {
         assert!(table.contains(words), "{words:?} not in\n{table}");
     }

@@ -17,7 +17,7 @@ use super::view::{self, excerpt, link, time};
 use super::{Dashboard, PageError};
 use crate::admin::DEFAULT_LIMIT;
 use crate::error::ApiError;
-use crate::store::rejections::{self, KEEP, RejectionFilter, RejectionRow};
+use crate::store::rejections::{self, FOLD_WINDOW_MS, KEEP, RejectionFilter, RejectionRow};
 
 /// Where the manual helps with signatures and clocks (tests/it/book.rs
 /// checks that every `docs/src/` link in the code names a real page and
@@ -80,7 +80,9 @@ pub(super) async fn list(
         p {
             "Requests to " code { "/hooks/…" } " that hookbox refused, newest first; the newest "
             (thousands(KEEP)) " are kept. Only header names, the body's size and its content type are kept: "
-            "never a header value, a signature or a body."
+            "never a header value, a signature or a body. "
+            "The same refusal repeated (same source, client, status and reason) within "
+            (FOLD_WINDOW_MS / 1000) " s of a row's first is counted in that row."
         }
         form.filters method="get" action="/rejections" {
             label { "Source" input type="text" name="source" value=[source.as_deref()]; }
@@ -97,7 +99,13 @@ pub(super) async fn list(
                 @for r in &page.rejections {
                     @let (words, help) = explain(r, configured(&r.source));
                     tr {
-                        td { (time(r.at)) }
+                        td {
+                            (time(r.at))
+                            @if r.repeats > 0 {
+                                br;
+                                (repeated(r.repeats, r.last_at))
+                            }
+                        }
                         td { a href=(link("/rejections", &[("source", Some(&r.source))])) { (r.source) } }
                         td { code { (r.client.as_deref().unwrap_or("unknown")) } }
                         td.n { (r.status) }
@@ -123,6 +131,15 @@ pub(super) async fn list(
         None,
         content,
     ))
+}
+
+/// How many more refusals a row stands for, and until when.
+fn repeated(repeats: i64, last_at: Option<i64>) -> String {
+    let more = format!("and {} more like it", thousands(repeats));
+    match last_at {
+        Some(last) => format!("{more}, the last at {}", time(last)),
+        None => more,
+    }
 }
 
 /// What a refusal means, in words for a person, and where to read more.
@@ -356,6 +373,8 @@ mod tests {
             body_bytes: Some(30 << 20),
             content_type: None,
             detail,
+            repeats: 0,
+            last_at: None,
         }
     }
 

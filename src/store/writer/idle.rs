@@ -169,8 +169,14 @@ impl Writer {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .context("beginning a transaction")?;
-        rejections::insert(&tx, rows, self.helpers.keep_rejections)?;
-        tx.commit().context("committing")?;
+        let written = rejections::insert(&tx, rows, self.helpers.keep_rejections, &mut self.folds)
+            .and_then(|()| tx.commit().context("committing"));
+        if written.is_err() {
+            // Rolled back: the rows it remembered may not exist, and their
+            // ids will be given again.
+            self.folds = rejections::Folds::default();
+        }
+        written?;
         self.helpers.checkpointer.0.nudge();
         Ok(())
     }
