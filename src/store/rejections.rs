@@ -183,8 +183,10 @@ pub struct Folds {
 }
 
 impl Folds {
-    /// The row `r` folds into, if it is still in the table and its
-    /// window is open.
+    /// The row a refusal of `key` at `at` folds into: one whose window is
+    /// open and which stays among the newest `keep` rows after this chunk
+    /// (`keep` less the chunk's rows, so that the chunk's own trim cannot
+    /// take a row it just added to).
     fn row_for(&self, key: &FoldKey, at: i64, keep: i64) -> Option<i64> {
         let &(id, since) = self.rows.get(key)?;
         let open = (since..since + FOLD_WINDOW_MS).contains(&at);
@@ -219,9 +221,10 @@ pub(super) fn insert(
     )?;
     // Repeats per row, with the last one's time: one update each.
     let mut repeats: HashMap<i64, (i64, i64)> = HashMap::new();
+    let survives = keep - i64::try_from(rows.len()).unwrap_or(i64::MAX);
     for r in rows {
         let key = FoldKey::of(r);
-        if let Some(id) = folds.row_for(&key, r.at, keep) {
+        if let Some(id) = folds.row_for(&key, r.at, survives) {
             let (n, last) = repeats.entry(id).or_insert((0, r.at));
             *n += 1;
             *last = (*last).max(r.at);
@@ -448,6 +451,27 @@ mod tests {
         .unwrap();
         assert_eq!(listed.rejections[3].repeats, 3);
         assert_eq!(listed.rejections[3].last_at, Some(10_999));
+    }
+
+    #[test]
+    fn a_repeat_never_folds_into_a_row_its_own_chunk_trims() {
+        let mut conn = db();
+        let mut folds = Folds::default();
+        let mut first = rejection(1, "github");
+        first.client = Some(IpAddr::from([192, 0, 2, 9]));
+        flush_folding(&mut conn, std::slice::from_ref(&first), 4, &mut folds);
+        let others: Vec<_> = (2..4).map(|n| rejection(n, "github")).collect();
+        flush_folding(&mut conn, &others, 4, &mut folds);
+        // Row 1 is still kept, but the two new rows of this chunk trim
+        // it: the repeat must take a row of its own, or its count would
+        // go with row 1.
+        let mut again = first.clone();
+        again.at = 4;
+        let chunk = [again, rejection(5, "github"), rejection(6, "github")];
+        flush_folding(&mut conn, &chunk, 4, &mut folds);
+        let rows = folded(&conn);
+        assert_eq!(rows.len(), 4);
+        assert!(rows.contains(&(4, "192.0.2.9".into(), 0, None)), "{rows:?}");
     }
 
     #[test]

@@ -282,7 +282,7 @@ impl Indexer {
         let merging = merge(&tx, merge_for)?;
         tx.commit().context("committing a search index step")?;
         self.mark = mark;
-        self.merging = merging || seen > 0;
+        self.merging = merging;
         Ok(seen)
     }
 }
