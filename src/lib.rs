@@ -57,7 +57,8 @@
 //! [`clock`] is the wall clock the store and the verifiers read (tests can
 //! shift it); [`outbound`] holds the HTTP client settings every outbound
 //! request shares; [`notify`] speaks to systemd; [`telemetry`] sets up
-//! logging; [`error`] is every answer that is not "stored"; [`manual`]
+//! logging; [`error`] is every answer that is not "stored"; [`excerpt`]
+//! cuts text to a length for people to read; [`manual`]
 //! generates the man pages and completions; [`private_file`] writes files
 //! only hookbox's user may read.
 //!
@@ -79,6 +80,7 @@ pub mod config;
 pub mod dispatch;
 pub mod edge;
 pub mod error;
+pub mod excerpt;
 pub mod health;
 pub mod listen;
 pub mod maintenance;

@@ -16,11 +16,7 @@ pub fn request(post: RequestBuilder, message: &Message) -> RequestBuilder {
 
 pub fn body(message: &Message) -> serde_json::Value {
     let text = format!("**hookbox: {}**\n{}", message.title, message.text);
-    let content: String = if text.chars().count() > MAX_CHARS {
-        text.chars().take(MAX_CHARS - 1).chain(['…']).collect()
-    } else {
-        text
-    };
+    let content = crate::excerpt::excerpt(&text, MAX_CHARS);
     json!({ "content": content, "allowed_mentions": { "parse": [] } })
 }
 

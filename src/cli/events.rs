@@ -196,14 +196,7 @@ fn clean(text: &str, max: usize) -> String {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    let flat = flat.trim();
-    if flat.chars().count() <= max {
-        flat.to_owned()
-    } else {
-        let mut cut: String = flat.chars().take(max - 1).collect();
-        cut.push('…');
-        cut
-    }
+    crate::excerpt::excerpt(flat.trim(), max)
 }
 
 #[cfg(test)]

@@ -110,15 +110,7 @@ pub(super) fn state(state: State) -> Markup {
 }
 
 /// `text` cut to `max` characters, for table cells.
-pub(super) fn excerpt(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        text.to_owned()
-    } else {
-        let mut cut: String = text.chars().take(max - 1).collect();
-        cut.push('…');
-        cut
-    }
-}
+pub(super) use crate::excerpt::excerpt;
 
 /// `path?k=v&...` with the non-empty values percent-encoded.
 pub(super) fn link(path: &str, pairs: &[(&str, Option<&str>)]) -> String {
