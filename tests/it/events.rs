@@ -3,17 +3,11 @@
 
 use rusqlite::params;
 
-use crate::helpers::{GITHUB_SECRET, GITHUB_SOURCE, TestApp, cli, github_signature, run, text};
+use crate::helpers::{GITHUB_SOURCE, TestApp, cli, github_event_request, run, text};
 
 async fn post(app: &TestApp, delivery: &str, event: &str) {
-    let body = b"{}";
-    let r = app
-        .client
-        .post(app.url("/hooks/github"))
-        .header("x-github-event", event)
-        .header("x-github-delivery", delivery)
-        .header("x-hub-signature-256", github_signature(GITHUB_SECRET, body))
-        .body(body.to_vec())
+    let url = app.url("/hooks/github");
+    let r = github_event_request(&app.client, &url, event, delivery, b"{}")
         .send()
         .await
         .unwrap();
