@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -32,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0013_counters.sql"),
     include_str!("migrations/0014_search_merges.sql"),
     include_str!("migrations/0015_rejection_repeats.sql"),
+    include_str!("migrations/0016_state_checks.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -58,11 +59,24 @@ pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)
             .with_context(|| format!("migrating the schema to version {to}"))?;
+        bump_schema_cookie(&tx)?;
         tx.pragma_update(None, "user_version", to)?;
         tx.commit()
             .with_context(|| format!("committing schema version {to}"))?;
     }
     Ok(())
+}
+
+/// Tells every connection, this one included, to read the schema again.
+/// DDL does this itself; a step that edits `sqlite_schema`'s text under
+/// `writable_schema` (16) does not, and a connection that kept the old
+/// text would go on checking the old constraints.
+fn bump_schema_cookie(conn: &Connection) -> anyhow::Result<()> {
+    let cookie: i64 = conn
+        .pragma_query_value(None, "schema_version", |r| r.get(0))
+        .context("reading the schema cookie")?;
+    conn.pragma_update(None, "schema_version", cookie + 1)
+        .context("bumping the schema cookie")
 }
 
 #[cfg(test)]
@@ -376,6 +390,105 @@ mod tests {
         assert_eq!(count("SELECT count(*) FROM catchup_runs"), 2);
         assert_eq!(count("SELECT count(*) FROM redelivery_requests"), 2);
         assert_eq!(count("SELECT count(*) FROM catchup_pruned"), 0);
+    }
+
+    /// Whether inserting a row into `table` builds a temporary b-tree, as
+    /// an `IN (...)` CHECK of three or more values makes SQLite do. EXPLAIN
+    /// compiles against the schema the connection holds, so a statement
+    /// runs first: that is when a connection finds the schema changed.
+    fn insert_builds_a_btree(conn: &Connection, table: &str) -> bool {
+        conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap();
+        let sql = match table {
+            "events" => {
+                "EXPLAIN INSERT INTO events (source, delivery_id, received_at, state)
+                         VALUES ('s', 'd', 1, 'pending')"
+            }
+            _ => {
+                "EXPLAIN INSERT INTO deliveries (event_id, source, destination, state)
+                  VALUES (1, 's', 'default', 'pending')"
+            }
+        };
+        let ops: Vec<String> = conn
+            .prepare(sql)
+            .unwrap()
+            .query_map([], |r| r.get(1))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        ops.iter().any(|op| op == "OpenEphemeral")
+    }
+
+    #[test]
+    fn version_16_checks_states_without_a_btree_and_every_connection_sees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v15.db");
+        let mut conn = Connection::open(&path).unwrap();
+        conn.execute_batch(V1).unwrap();
+        for sql in &MIGRATIONS[..14] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 15).unwrap();
+        conn.execute_batch(
+            "INSERT INTO events (id, source, delivery_id, received_at, state)
+             VALUES (1, 's', 'a', 1, 'pending'), (2, 's', 'b', 2, 'stored');
+             INSERT INTO deliveries (event_id, source, destination, state)
+             VALUES (1, 's', 'default', 'pending');",
+        )
+        .unwrap();
+        // A second connection that read the version 15 schema, as a pooled
+        // reader or a CLI command would have.
+        let other = Connection::open(&path).unwrap();
+        assert!(insert_builds_a_btree(&other, "events"));
+        assert!(insert_builds_a_btree(&other, "deliveries"));
+
+        apply(&mut conn).unwrap();
+
+        for c in [&conn, &other] {
+            assert!(!insert_builds_a_btree(c, "events"));
+            assert!(!insert_builds_a_btree(c, "deliveries"));
+        }
+        let mut new = Connection::open_in_memory().unwrap();
+        apply(&mut new).unwrap();
+        assert!(!insert_builds_a_btree(&new, "events"));
+        assert!(!insert_builds_a_btree(&new, "deliveries"));
+        // The same states pass and the same are refused.
+        for c in [&conn, &new] {
+            c.execute(
+                "INSERT INTO events (id, source, delivery_id, received_at, state)
+                 VALUES (3, 's', 'c', 3, 'delivered')",
+                [],
+            )
+            .unwrap();
+            let bad = c
+                .execute("UPDATE events SET state = 'sent' WHERE id = 3", [])
+                .unwrap_err()
+                .to_string();
+            assert!(bad.contains("CHECK constraint failed"), "{bad}");
+            c.execute(
+                "INSERT INTO deliveries (event_id, source, destination, state)
+                 VALUES (3, 's', 'default', 'dead')",
+                [],
+            )
+            .unwrap();
+            let bad = c
+                .execute(
+                    "UPDATE deliveries SET state = 'stored' WHERE event_id = 3",
+                    [],
+                )
+                .unwrap_err()
+                .to_string();
+            assert!(bad.contains("CHECK constraint failed"), "{bad}");
+        }
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT count(*) FROM events"), 3);
+        assert_eq!(count("PRAGMA user_version"), 16);
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
     }
 
     #[test]

@@ -141,6 +141,13 @@ deliver = {{ command = ["/bin/true"] }}
         one::<i64>(&db, "PRAGMA user_version"),
         hookbox::store::schema::SCHEMA_VERSION
     );
+    // Version 16 rewrote the state CHECKs' text in place: the fixture's
+    // text must have been the one it looks for.
+    let in_lists: i64 = one(
+        &db,
+        "SELECT count(*) FROM sqlite_schema WHERE sql LIKE '%CHECK (state IN%'",
+    );
+    assert_eq!(in_lists, 0);
 
     // The two pending events go, in their key's order, once each; the
     // retry as its second attempt.
