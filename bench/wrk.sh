@@ -13,6 +13,13 @@
 #   bench/wrk.sh OLD_BINARY NEW_BINARY   # side by side, runs interleaved
 #   RUNS=5 DURATION=20 DURABILITY=normal bench/wrk.sh
 #   SEARCH=off bench/wrk.sh              # with [search] enabled = false
+#   IDS=sequential bench/wrk.sh          # ids in arrival order (the old default)
+#
+# Delivery ids are GUID-shaped and land at random places in the unique
+# index, as GitHub's do (IDS=random, the default). IDS=sequential numbers
+# them in arrival order, so every insert goes to the index's last page:
+# what this script did until 2026-12-01, and 25 % faster on the same
+# machine (docs/src/benchmark.md, "Random keys").
 #
 # Needs wrk (apt-get install wrk) and python3 (the signature and the row
 # count). Server and wrk share the machine's cores, as they would on a
@@ -25,6 +32,7 @@ DURATION="${DURATION:-10}"
 CONNECTIONS="${CONNECTIONS:-64}"
 DURABILITY="${DURABILITY:-full}"
 SEARCH="${SEARCH:-on}"
+IDS="${IDS:-random}"
 SECRET="bench-secret-0123456789"
 
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)" >&2; exit 2; }
@@ -38,7 +46,8 @@ trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # The script: one body and its signature, a unique delivery id per request,
 # and the percentiles wrk's --latency table leaves out.
-python3 - "$SECRET" >"$work/push.lua" <<'EOF'
+case "$IDS" in random | sequential) ;; *) echo "IDS is random or sequential, not $IDS" >&2; exit 2 ;; esac
+python3 - "$SECRET" "$IDS" >"$work/push.lua" <<'EOF'
 import hashlib, hmac, json, sys
 body = json.dumps({
     "ref": "refs/heads/main", "before": "0" * 40, "after": "1" * 40,
@@ -51,6 +60,13 @@ body = json.dumps({
                 for i in range(4)],
 }, separators=(",", ":"))
 sig = "sha256=" + hmac.new(sys.argv[1].encode(), body.encode(), hashlib.sha256).hexdigest()
+# Random: the leading random digits place the id in the index, the count
+# keeps it unique. Sequential: the count alone orders them.
+ids = {
+    "random": 'string.format("%08x-%04x-4%03x-a%03x-%012x", math.random(0, 0x7fffffff),'
+              ' math.random(0, 0xffff), math.random(0, 0xfff), math.random(0, 0xfff), n)',
+    "sequential": "prefix .. n",
+}[sys.argv[2]]
 print('''wrk.method = "POST"
 wrk.body = %s
 wrk.headers["Content-Type"] = "application/json"
@@ -58,9 +74,10 @@ wrk.headers["X-GitHub-Event"] = "push"
 wrk.headers["X-Hub-Signature-256"] = "%s"
 local n = 0
 local prefix = tostring(os.time()) .. "-" .. tostring(math.random(1000000000)) .. "-"
+math.randomseed(os.time())
 request = function()
   n = n + 1
-  wrk.headers["X-GitHub-Delivery"] = prefix .. n
+  wrk.headers["X-GitHub-Delivery"] = %s
   return wrk.format()
 end
 done = function(summary, latency, requests)
@@ -70,7 +87,7 @@ done = function(summary, latency, requests)
     summary.requests, summary.requests / (summary.duration / 1e6),
     latency:percentile(50) / 1000, latency:percentile(99) / 1000,
     latency:percentile(99.9) / 1000, bad))
-end''' % (json.dumps(body), sig))
+end''' % (json.dumps(body), sig, ids))
 EOF
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -120,7 +137,7 @@ EOF
     rm -rf "$dir"
 }
 
-echo "== wrk: $CONNECTIONS connections, ${DURATION}s, durability=$DURABILITY, search=$SEARCH, $RUNS runs per binary, $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "== wrk: $CONNECTIONS connections, ${DURATION}s, durability=$DURABILITY, search=$SEARCH, ids=$IDS, $RUNS runs per binary, $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 declare -A lines
 failed=0
 for run in $(seq "$RUNS"); do
