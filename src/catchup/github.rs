@@ -53,13 +53,12 @@ pub struct Attempt {
 }
 
 pub async fn run(ctx: &mut RunCtx<'_>, cfg: &GithubRedeliveryConfig) -> anyhow::Result<()> {
-    let start = redeliver::window_start(ctx, cfg.overlap, MAX_AGE).await?;
-    let attempts = list(ctx, cfg, start).await?;
-    let candidates = redeliver::choose(ctx, &cfg.event_types, attempts, MAX_AGE).await?;
-    let pacing = Pacing::Fixed(cfg.pace);
-    let transient = redeliver::ask_all(ctx, pacing, &Github(cfg), candidates).await?;
-    ctx.report.complete = !transient;
-    Ok(())
+    let pass = redeliver::Pass {
+        overlap: cfg.overlap,
+        event_types: &cfg.event_types,
+        pacing: Pacing::Fixed(cfg.pace),
+    };
+    redeliver::run(ctx, &Github(cfg), pass).await
 }
 
 /// Reads every page back to `start`.
@@ -128,6 +127,15 @@ struct Github<'a>(&'a GithubRedeliveryConfig);
 
 impl Resend for Github<'_> {
     const PROVIDER: &'static str = "GitHub";
+    const MAX_AGE: Duration = MAX_AGE;
+
+    async fn list(
+        &self,
+        ctx: &mut RunCtx<'_>,
+        start: i64,
+    ) -> anyhow::Result<Vec<redeliver::Attempt>> {
+        list(ctx, self.0, start).await
+    }
 
     async fn ask(&self, client: &reqwest::Client, c: &Candidate) -> Answer {
         let cfg = self.0;

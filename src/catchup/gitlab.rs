@@ -89,16 +89,15 @@ impl Event {
 }
 
 pub async fn run(ctx: &mut RunCtx<'_>, cfg: &GitlabRedeliveryConfig) -> anyhow::Result<()> {
-    let start = redeliver::window_start(ctx, cfg.overlap, MAX_AGE).await?;
-    let attempts = list(ctx, cfg, start).await?;
-    let candidates = redeliver::choose(ctx, &cfg.event_types, attempts, MAX_AGE).await?;
-    let pacing = Pacing::Window {
-        limit: cfg.resend_limit,
-        window: cfg.resend_window,
+    let pass = redeliver::Pass {
+        overlap: cfg.overlap,
+        event_types: &cfg.event_types,
+        pacing: Pacing::Window {
+            limit: cfg.resend_limit,
+            window: cfg.resend_window,
+        },
     };
-    let transient = redeliver::ask_all(ctx, pacing, &Gitlab(cfg), candidates).await?;
-    ctx.report.complete = !transient;
-    Ok(())
+    redeliver::run(ctx, &Gitlab(cfg), pass).await
 }
 
 /// Reads every page back to `start`. Pages are asked for by number on
@@ -244,6 +243,15 @@ struct Gitlab<'a>(&'a GitlabRedeliveryConfig);
 
 impl Resend for Gitlab<'_> {
     const PROVIDER: &'static str = "GitLab";
+    const MAX_AGE: Duration = MAX_AGE;
+
+    async fn list(
+        &self,
+        ctx: &mut RunCtx<'_>,
+        start: i64,
+    ) -> anyhow::Result<Vec<redeliver::Attempt>> {
+        list(ctx, self.0, start).await
+    }
 
     async fn ask(&self, client: &reqwest::Client, c: &Candidate) -> Answer {
         let cfg = self.0;

@@ -3,9 +3,9 @@
 //! events to ask for, and the loop that asks for each one, paced, and
 //! records what the provider answered.
 //!
-//! The provider modules list their attempts and turn them into
-//! [`Attempt`]s, and say how one request is made and what its answer means
-//! ([`Resend`]); everything else is here, so both jobs skip, pace, stop and
+//! The provider modules implement [`Resend`]: they list their attempts as
+//! [`Attempt`]s, and say how one request is made and what its answer
+//! means. Everything else is [`run`]'s, so both jobs skip, pace, stop and
 //! record alike. Requests go to `redelivery_requests` keyed by the event's
 //! delivery id (`guid`: GitHub's GUID, GitLab's `Idempotency-Key`) and the
 //! attempt asked for.
@@ -45,7 +45,7 @@ pub struct Candidate {
 /// The oldest time (unix ms) a pass reads back to: the last successful
 /// pass minus `overlap`, never past `max_age` (the first pass reads all of
 /// it).
-pub async fn window_start(
+async fn window_start(
     ctx: &mut RunCtx<'_>,
     overlap: Duration,
     max_age: Duration,
@@ -74,7 +74,7 @@ fn millis(d: Duration) -> i64 {
 /// (when set), one the inbox holds, one refused for good before, or one
 /// whose newest attempt was already asked for (the provider adds a new
 /// attempt when it tries again, and the next pass asks for that one).
-pub async fn choose(
+async fn choose(
     ctx: &mut RunCtx<'_>,
     event_types: &[String],
     attempts: Vec<Attempt>,
@@ -160,12 +160,41 @@ pub enum Answer {
     Stop(Option<u16>, anyhow::Error),
 }
 
-/// How one provider asks for one event again.
+/// How one provider lists its attempts and asks for one event again.
 pub trait Resend {
     /// Named in log lines.
     const PROVIDER: &'static str;
+    /// How far back the provider lists attempts and sends them again.
+    const MAX_AGE: Duration;
+
+    /// Every attempt back to `start` (unix ms), in any order.
+    async fn list(&self, ctx: &mut RunCtx<'_>, start: i64) -> anyhow::Result<Vec<Attempt>>;
 
     async fn ask(&self, client: &reqwest::Client, c: &Candidate) -> Answer;
+}
+
+/// What a pass takes from its job's settings.
+pub struct Pass<'a> {
+    pub overlap: Duration,
+    pub event_types: &'a [String],
+    pub pacing: Pacing,
+}
+
+/// One pass of a redelivery job: reads the provider's attempts back to
+/// where the last successful pass left off, chooses the events to ask for,
+/// and asks for each. The pass is complete when no request failed in a way
+/// worth trying again.
+pub async fn run<R: Resend>(
+    ctx: &mut RunCtx<'_>,
+    resend: &R,
+    pass: Pass<'_>,
+) -> anyhow::Result<()> {
+    let start = window_start(ctx, pass.overlap, R::MAX_AGE).await?;
+    let attempts = resend.list(ctx, start).await?;
+    let candidates = choose(ctx, pass.event_types, attempts, R::MAX_AGE).await?;
+    let transient = ask_all(ctx, pass.pacing, resend, candidates).await?;
+    ctx.report.complete = !transient;
+    Ok(())
 }
 
 /// How requests are spaced.
@@ -187,7 +216,7 @@ const MAX_WAITS: u32 = 3;
 /// Asks for each candidate in turn, paced. Returns whether some request
 /// failed in a way worth trying again next pass; an error stops the pass,
 /// and the candidates not asked for are reported `deferred`.
-pub async fn ask_all<R: Resend>(
+async fn ask_all<R: Resend>(
     ctx: &mut RunCtx<'_>,
     pacing: Pacing,
     resend: &R,
