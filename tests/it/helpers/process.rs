@@ -289,8 +289,16 @@ impl Drop for ChildServer {
 /// out again, to another test's listener or client socket, before the
 /// server meant to take it binds; the kernel never hands out these.
 pub fn free_addr() -> SocketAddr {
+    // Never the same port twice in this process: a server's `listen` and
+    // `admin_listen` are two draws, which hookbox refuses equal (one start
+    // in 12,000 drew the same port twice), and tests run side by side.
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
     loop {
         let port = 20_000 + fastrand::u16(..12_000);
+        if !GIVEN.lock().unwrap().insert(port) {
+            continue;
+        }
         if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
             return listener.local_addr().unwrap();
         }
