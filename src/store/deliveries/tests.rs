@@ -560,3 +560,17 @@ fn a_claim_carries_no_body_and_leaves_the_event_row_alone() {
     assert_eq!(body(&conn, id).unwrap(), Some(vec![0; 100_000]));
     assert_eq!(body(&conn, id + 1).unwrap(), None);
 }
+
+/// SQLite plans a statement with a bound `LIMIT` again each time the limit
+/// is bound, unless told not to (`plan_once`): the claim runs for every
+/// batch a dispatcher takes.
+#[test]
+fn a_claim_is_planned_once_however_many_times_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = crate::store::open_writer_connection(&dir.path().join("hookbox.db")).unwrap();
+    for (now, limit) in [(1_000, 1), (1_001, 5), (1_002, 10), (1_003, 5)] {
+        claim(&conn, "s", limit, now, now + 60_000).unwrap();
+    }
+    let stmt = conn.prepare_cached(&claimable(false)).unwrap();
+    assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+}
