@@ -242,6 +242,37 @@ impl ChildServer {
         nix::sys::signal::kill(pid, signal).unwrap();
     }
 
+    /// SIGSTOP, returning once every thread of the process has stopped:
+    /// from then on its files stay as they are until [`ChildServer::thaw`]
+    /// or a kill.
+    pub fn freeze(&self) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let stopped = || {
+            std::fs::read_dir(&tasks).unwrap().all(|task| {
+                let stat = std::fs::read_to_string(task.unwrap().path().join("stat"));
+                // `pid (comm) S ...`: the state follows the name.
+                stat.is_ok_and(|s| {
+                    s.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with(['T', 't']))
+                })
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !stopped() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "hookbox did not stop within 5 s of SIGSTOP"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// SIGCONT: a frozen process goes on.
+    pub fn thaw(&self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
     /// SIGTERM, then waits up to `within` for the exit.
     pub async fn terminate(&mut self, within: std::time::Duration) -> std::process::ExitStatus {
         self.signal(nix::sys::signal::Signal::SIGTERM);
