@@ -47,48 +47,7 @@ trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$work"' EXIT
 # The script: one body and its signature, a unique delivery id per request,
 # and the percentiles wrk's --latency table leaves out.
 case "$IDS" in random | sequential) ;; *) echo "IDS is random or sequential, not $IDS" >&2; exit 2 ;; esac
-python3 - "$SECRET" "$IDS" >"$work/push.lua" <<'EOF'
-import hashlib, hmac, json, sys
-body = json.dumps({
-    "ref": "refs/heads/main", "before": "0" * 40, "after": "1" * 40,
-    "repository": {"id": 1, "full_name": "acme/widgets", "name": "widgets",
-                   "private": False, "owner": {"login": "acme", "id": 2}},
-    "pusher": {"name": "dev", "email": "dev@example.com"},
-    "commits": [{"id": "%040d" % i, "message": "commit %d " % i + "x" * 200,
-                 "author": {"name": "Dev", "email": "dev@example.com"},
-                 "url": "https://github.com/acme/widgets/commit/%d" % i}
-                for i in range(4)],
-}, separators=(",", ":"))
-sig = "sha256=" + hmac.new(sys.argv[1].encode(), body.encode(), hashlib.sha256).hexdigest()
-# Random: the leading random digits place the id in the index, the count
-# keeps it unique. Sequential: the count alone orders them.
-ids = {
-    "random": 'string.format("%08x-%04x-4%03x-a%03x-%012x", math.random(0, 0x7fffffff),'
-              ' math.random(0, 0xffff), math.random(0, 0xfff), math.random(0, 0xfff), n)',
-    "sequential": "prefix .. n",
-}[sys.argv[2]]
-print('''wrk.method = "POST"
-wrk.body = %s
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["X-GitHub-Event"] = "push"
-wrk.headers["X-Hub-Signature-256"] = "%s"
-local n = 0
-local prefix = tostring(os.time()) .. "-" .. tostring(math.random(1000000000)) .. "-"
-math.randomseed(os.time())
-request = function()
-  n = n + 1
-  wrk.headers["X-GitHub-Delivery"] = %s
-  return wrk.format()
-end
-done = function(summary, latency, requests)
-  local bad = summary.errors.status + summary.errors.connect + summary.errors.read
-            + summary.errors.write + summary.errors.timeout
-  io.write(string.format("RESULT %%d %%.1f %%.3f %%.3f %%.3f %%d\\n",
-    summary.requests, summary.requests / (summary.duration / 1e6),
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
-    latency:percentile(99.9) / 1000, bad))
-end''' % (json.dumps(body), sig, ids))
-EOF
+python3 "$root/bench/push_lua.py" "$SECRET" "$IDS" >"$work/push.lua"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
