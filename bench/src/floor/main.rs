@@ -26,7 +26,7 @@ mod store;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -96,12 +96,9 @@ fn run(cli: Cli) -> Result<()> {
             group,
             seconds,
         } => {
-            let figure = store::measure(
-                &dir,
-                ids,
-                group,
-                std::time::Duration::from_secs_f64(seconds),
-            )?;
+            let run_for = std::time::Duration::try_from_secs_f64(seconds)
+                .with_context(|| format!("--seconds {seconds}"))?;
+            let figure = store::measure(&dir, ids, group, run_for)?;
             println!("{figure}");
             println!("{}", figure.json());
         }
