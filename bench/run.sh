@@ -15,6 +15,7 @@
 #                                      # each run against that binary too, side by side
 #   SCENARIOS="outage outage_before" RUNS=3 bench/run.sh   # only them
 #   SCENARIOS="new wrk" bench/run.sh   # hookbox-loadgen and Debian's wrk on the same ingest
+#   FLOOR=1 bench/run.sh               # first what the machine allows any receiver (bench/floor.sh)
 #
 # Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
 # = false`: ingest without the full-text index, to compare; not in the
@@ -28,7 +29,10 @@
 # downstream when idle), wrk (new unique GitHub deliveries from Debian's
 # wrk instead of hookbox-loadgen, through bench/wrk.sh, so the two load
 # generators cross-check; in the default list when wrk is installed, right
-# after new; BASELINE is run beside it too).
+# after new; BASELINE is run beside it too), floor (bench/floor.sh: the
+# disk, a bare durable SQLite store and a bare HTTP server, without
+# hookbox, so its figures can be read against the machine's; opt-in with
+# FLOOR=1, which runs it first, or name it in SCENARIOS).
 #
 # Pull scenarios (a `pull` destination on the source; opt-in with PULL=1,
 # or name them in SCENARIOS): pull_latency (one consumer long-polls with
@@ -108,6 +112,9 @@ fi
 PULL_EVENTS="${PULL_EVENTS:-20000}"
 PULL_POLLS="${PULL_POLLS:-100}"
 PULL_INGEST_RATE="${PULL_INGEST_RATE:-2000}"
+if [ "${FLOOR:-0}" = 1 ]; then
+    SCENARIOS="floor $SCENARIOS"
+fi
 if [ "${PULL:-0}" = 1 ]; then
     SCENARIOS="$SCENARIOS pull_latency pull_listen pull_listen_ingest pull_idle"
 fi
@@ -152,6 +159,12 @@ for scenario in $SCENARIOS; do
         echo
         continue
     fi
+    if [ "$scenario" = floor ]; then
+        echo "== floor"
+        RUNS="$RUNS" DURATION="$DURATION" CONNECTIONS="$CONNECTIONS" bench/floor.sh || failed=1
+        echo
+        continue
+    fi
     extra=()
     case "$scenario" in
         new) dup=0 ;;
@@ -178,7 +191,7 @@ for scenario in $SCENARIOS; do
             else
                 extra=(--outage before "${outage[@]}")
             fi ;;
-        *) echo "unknown scenario: $scenario (use new, new_nosearch, wrk, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
+        *) echo "unknown scenario: $scenario (use new, new_nosearch, wrk, floor, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
     esac
     runs="$RUNS"
     connections="$CONNECTIONS"
