@@ -25,6 +25,7 @@ mod hostile;
 mod limits;
 mod listen;
 mod load;
+mod logs;
 mod manual;
 mod metrics;
 mod one_server;

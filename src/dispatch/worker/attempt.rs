@@ -163,11 +163,16 @@ fn job(c: Claimed, source: String, destination: String, body: Vec<u8>) -> Job {
     }
 }
 
+/// A delivery is a debug line, as an accepted event is: the attempts table
+/// and the dashboard keep every one, and a backlog draining at thousands a
+/// second would otherwise run past journald's rate limit (10,000 lines per
+/// 30 s by default), which then drops the service's warnings too. A failed
+/// attempt is worth a line at the default level.
 fn log_attempt(job: &Job, attempt: &Attempt, settled: Settled) {
     let duration_ms = attempt.duration.as_millis() as u64;
     let status = attempt.status.map(i64::from).unwrap_or(-1);
     match settled {
-        Settled::Delivered => tracing::info!(
+        Settled::Delivered => tracing::debug!(
             source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms, "delivered"
         ),
         Settled::Retry(at) => tracing::info!(

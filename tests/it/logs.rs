@@ -1,0 +1,86 @@
+//! What the real binary logs at its default level (`hookbox=info`): each
+//! failed attempt, not each delivery, so a draining backlog does not run
+//! past journald's rate limit; `RUST_LOG=hookbox=debug` shows deliveries.
+
+use crate::helpers::*;
+
+/// Every event succeeds but `refused`, which its destination answers 503.
+fn refuse_one(delivery: &str, _: usize) -> Reply {
+    if delivery == "refused" {
+        Reply::status(503)
+    } else {
+        Reply::status(204)
+    }
+}
+
+/// A delivery's own log line (target and message, as the text format
+/// writes them).
+const DELIVERED: &str = "attempt: delivered ";
+
+async fn serve(dir: &std::path::Path, sources: &str, level: &str, run: usize) -> ChildServer {
+    let db = dir.join("hookbox.db");
+    let env = [("RUST_LOG", level)];
+    ChildServer::spawn_ready_with(dir, &db, sources, "", run, &env, |_| {}).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_are_debug_lines_and_failed_attempts_are_logged_at_info() {
+    let down = Downstream::start(refuse_one).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    let sources = deliver_source("github", &url_destination(&down.url()), "5s", 2);
+
+    let server = serve(dir.path(), &sources, "hookbox=info", 0).await;
+    let mut delivered = Vec::new();
+    for n in 0..20 {
+        let body = repo_body("acme/widgets", n);
+        let delivery = format!("ok-{n}");
+        delivered
+            .push(post_event(server.addr, "github", &delivery, "application/json", &body).await);
+    }
+    let body = repo_body("acme/widgets", 99);
+    let refused = post_event(server.addr, "github", "refused", "application/json", &body).await;
+    for id in delivered {
+        wait_for_state(&db, id, "delivered").await;
+    }
+    wait_for_state(&db, refused, "dead").await;
+    let log = server.output();
+    assert!(!log.contains(DELIVERED), "{log}");
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("attempt failed"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{log}");
+    assert!(
+        failed[0].contains(" INFO ") && failed[0].contains("will retry"),
+        "{}",
+        failed[0]
+    );
+    assert!(
+        failed[1].contains(" WARN ") && failed[1].contains("event is dead"),
+        "{}",
+        failed[1]
+    );
+    for line in failed {
+        assert!(
+            line.contains("status=503") && line.contains("destination=default"),
+            "{line}"
+        );
+    }
+    drop(server);
+
+    // The same binary at debug writes the line the check above looks for.
+    let server = serve(dir.path(), &sources, "hookbox=debug", 1).await;
+    let body = repo_body("acme/widgets", 100);
+    let id = post_event(server.addr, "github", "ok-debug", "application/json", &body).await;
+    wait_for_state(&db, id, "delivered").await;
+    let log = server.output();
+    let line = log
+        .lines()
+        .find(|l| l.contains(DELIVERED))
+        .unwrap_or_else(|| panic!("no delivery line at debug:\n{log}"));
+    assert!(
+        line.contains(" DEBUG ") && line.contains("status=204"),
+        "{line}"
+    );
+}
