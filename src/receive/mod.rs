@@ -19,6 +19,7 @@ pub mod github;
 pub mod gitlab;
 pub mod hmac;
 pub mod linear;
+mod log_gate;
 pub mod mailgun;
 pub mod meta;
 pub mod paddle;
@@ -364,7 +365,9 @@ async fn handle(
             .map_err(|_| Refusal::new(ApiError::Unavailable, len).because("internal"))?
     };
     let examined = examined.map_err(|e| {
-        tracing::info!(source = %source.name, reason = e.reason(), "refused a delivery");
+        if let Some(held_back) = source.refusal_log.pass(Instant::now()) {
+            tracing::info!(source = %source.name, reason = e.reason(), held_back, "refused a delivery");
+        }
         Refusal::new(e, len)
     })?;
     let event = match examined {

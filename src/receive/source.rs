@@ -6,6 +6,7 @@
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 
+use super::log_gate::{self, LogGate};
 use super::payload::{Handshake, Identified, IdentifyError, Inbound};
 use super::verify::VerifyError;
 use super::{
@@ -39,6 +40,8 @@ pub struct Source {
     /// when a signature or a timestamp is refused.
     pub(super) secrets: u32,
     pub(super) tolerance_secs: u64,
+    /// Lets a refused request's log line through now and then.
+    pub(super) refusal_log: LogGate,
 }
 
 pub(super) enum Verifier {
@@ -153,6 +156,7 @@ impl Source {
             metrics,
             secrets: u32::try_from(secrets.len()).unwrap_or(u32::MAX),
             tolerance_secs: cfg.tolerance.as_secs(),
+            refusal_log: LogGate::new(log_gate::EVERY),
         }
     }
 

@@ -1,6 +1,7 @@
 //! What the real binary logs at its default level (`hookbox=info`): each
 //! failed attempt, not each delivery, so a draining backlog does not run
-//! past journald's rate limit; `RUST_LOG=hookbox=debug` shows deliveries.
+//! past journald's rate limit (`RUST_LOG=hookbox=debug` shows deliveries);
+//! and one line for a burst of refused requests, not one each.
 
 use crate::helpers::*;
 
@@ -82,5 +83,73 @@ async fn deliveries_are_debug_lines_and_failed_attempts_are_logged_at_info() {
     assert!(
         line.contains(" DEBUG ") && line.contains("status=204"),
         "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_forged_requests_is_one_log_line_and_every_refusal_is_still_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    let sources = format!(
+        "[[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n"
+    );
+    // Without the per-address failure limit, as when the flood comes from
+    // many addresses.
+    let env = [("RUST_LOG", "hookbox=info")];
+    let server = ChildServer::spawn_ready_with(
+        dir.path(),
+        &db,
+        &sources,
+        "[edge]\nmax_failures = 0",
+        0,
+        &env,
+        |_| {},
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let body = repo_body("acme/widgets", 1);
+    const FORGED: usize = 30;
+    for n in 0..FORGED {
+        let status = client
+            .post(server.url("/hooks/github"))
+            .header("content-type", "application/json")
+            .header("x-github-event", "push")
+            .header("x-github-delivery", format!("forged-{n}"))
+            .header(
+                "x-hub-signature-256",
+                github_signature("not-the-secret", &body),
+            )
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 401);
+    }
+    let log = server.output();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refused a delivery"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{log}");
+    assert!(
+        refused[0].contains("reason=\"invalid_signature\"") && refused[0].contains("held_back=0"),
+        "{}",
+        refused[0]
+    );
+    let metrics = client
+        .get(format!("http://{}/metrics", server.admin_addr))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "hookbox_received_total{{source=\"github\",outcome=\"rejected\",reason=\"invalid_signature\"}} {FORGED}"
+        )),
+        "{metrics}"
     );
 }
