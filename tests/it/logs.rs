@@ -137,15 +137,7 @@ async fn a_burst_of_forged_requests_is_one_log_line_and_every_refusal_is_still_c
         "{}",
         refused[0]
     );
-    let metrics = client
-        .get(format!("http://{}/metrics", server.admin_addr))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains(&format!(
             "hookbox_received_total{{source=\"github\",outcome=\"rejected\",reason=\"invalid_signature\"}} {FORGED}"

@@ -200,6 +200,19 @@ impl ChildServer {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// `GET /metrics` from the admin listener, as text.
+    pub async fn metrics(&self) -> String {
+        reqwest::Client::new()
+            .get(format!("http://{}/metrics", self.admin_addr))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://{}{}", self.admin_addr, path)
     }
