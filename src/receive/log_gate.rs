@@ -1,5 +1,6 @@
 //! At most one log line per interval for a line any client can make
-//! hookbox write (a refused request), with a count of the ones held back.
+//! hookbox write (a refused request or handshake), with a count of the
+//! ones held back.
 //! A flood of forged requests from many addresses, which the edge's
 //! per-address failure limit does not stop, must not fill the journal:
 //! past its rate limit journald drops the service's warnings too. Every

@@ -310,7 +310,9 @@ pub async fn handshake(
             if refused == meta::Refused::WrongToken {
                 rx.edge.failed(client);
             }
-            tracing::info!(source = %source.name, reason = refused.reason(), "refused a handshake");
+            if let Some(held_back) = source.refusal_log.pass(Instant::now()) {
+                tracing::info!(source = %source.name, reason = refused.reason(), held_back, "refused a handshake");
+            }
             metrics.rejected(refused.reason(), started.elapsed());
             let status = match refused {
                 meta::Refused::WrongToken => StatusCode::FORBIDDEN,

@@ -40,7 +40,7 @@ pub struct Source {
     /// when a signature or a timestamp is refused.
     pub(super) secrets: u32,
     pub(super) tolerance_secs: u64,
-    /// Lets a refused request's log line through now and then.
+    /// Lets a refused request's or handshake's log line through now and then.
     pub(super) refusal_log: LogGate,
 }
 

@@ -1,7 +1,8 @@
 //! What the real binary logs at its default level (`hookbox=info`): each
 //! failed attempt, not each delivery, so a draining backlog does not run
 //! past journald's rate limit (`RUST_LOG=hookbox=debug` shows deliveries);
-//! and one line for a burst of refused requests, not one each.
+//! and one line for a burst of refused requests or handshakes, not one
+//! each.
 
 use crate::helpers::*;
 
@@ -144,4 +145,27 @@ async fn a_burst_of_forged_requests_is_one_log_line_and_every_refusal_is_still_c
         )),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_handshake_tokens_are_one_log_line_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    let sources = "[[sources]]\nname = \"meta\"\nkind = \"meta\"\nsecrets = [\"app-secret\"]\nverify_token = \"the-token\"\n";
+    let env = [("RUST_LOG", "hookbox=info")];
+    let server = ChildServer::spawn_ready_with(dir.path(), &db, sources, "", 0, &env, |_| {}).await;
+    let client = reqwest::Client::new();
+    for n in 0..5 {
+        let url = server.url(&format!(
+            "/hooks/meta?hub.mode=subscribe&hub.verify_token=guess-{n}&hub.challenge=c{n}"
+        ));
+        assert_eq!(client.get(url).send().await.unwrap().status(), 403);
+    }
+    let log = server.output();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refused a handshake"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{log}");
+    assert!(refused[0].contains("held_back=0"), "{}", refused[0]);
 }
