@@ -19,10 +19,17 @@ fn refuse_one(delivery: &str, _: usize) -> Reply {
 /// writes them).
 const DELIVERED: &str = "attempt: delivered ";
 
-async fn serve(dir: &std::path::Path, sources: &str, level: &str, run: usize) -> ChildServer {
+/// The real binary on `dir/hookbox.db`, logging at `level`.
+async fn serve(
+    dir: &std::path::Path,
+    sources: &str,
+    server_extra: &str,
+    level: &str,
+    run: usize,
+) -> ChildServer {
     let db = dir.join("hookbox.db");
     let env = [("RUST_LOG", level)];
-    ChildServer::spawn_ready_with(dir, &db, sources, "", run, &env, |_| {}).await
+    ChildServer::spawn_ready_with(dir, &db, sources, server_extra, run, &env, |_| {}).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -32,7 +39,7 @@ async fn deliveries_are_debug_lines_and_failed_attempts_are_logged_at_info() {
     let db = dir.path().join("hookbox.db");
     let sources = deliver_source("github", &url_destination(&down.url()), "5s", 2);
 
-    let server = serve(dir.path(), &sources, "hookbox=info", 0).await;
+    let server = serve(dir.path(), &sources, "", "hookbox=info", 0).await;
     let mut delivered = Vec::new();
     for n in 0..20 {
         let body = repo_body("acme/widgets", n);
@@ -72,7 +79,7 @@ async fn deliveries_are_debug_lines_and_failed_attempts_are_logged_at_info() {
     drop(server);
 
     // The same binary at debug writes the line the check above looks for.
-    let server = serve(dir.path(), &sources, "hookbox=debug", 1).await;
+    let server = serve(dir.path(), &sources, "", "hookbox=debug", 1).await;
     let body = repo_body("acme/widgets", 100);
     let id = post_event(server.addr, "github", "ok-debug", "application/json", &body).await;
     wait_for_state(&db, id, "delivered").await;
@@ -90,23 +97,10 @@ async fn deliveries_are_debug_lines_and_failed_attempts_are_logged_at_info() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_forged_requests_is_one_log_line_and_every_refusal_is_still_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("hookbox.db");
-    let sources = format!(
-        "[[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n"
-    );
     // Without the per-address failure limit, as when the flood comes from
     // many addresses.
-    let env = [("RUST_LOG", "hookbox=info")];
-    let server = ChildServer::spawn_ready_with(
-        dir.path(),
-        &db,
-        &sources,
-        "[edge]\nmax_failures = 0",
-        0,
-        &env,
-        |_| {},
-    )
-    .await;
+    let no_limit = "[edge]\nmax_failures = 0";
+    let server = serve(dir.path(), GITHUB_SOURCE, no_limit, "hookbox=info", 0).await;
     let client = reqwest::Client::new();
     let body = repo_body("acme/widgets", 1);
     const FORGED: usize = 30;
@@ -150,10 +144,8 @@ async fn a_burst_of_forged_requests_is_one_log_line_and_every_refusal_is_still_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_handshake_tokens_are_one_log_line_too() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("hookbox.db");
     let sources = "[[sources]]\nname = \"meta\"\nkind = \"meta\"\nsecrets = [\"app-secret\"]\nverify_token = \"the-token\"\n";
-    let env = [("RUST_LOG", "hookbox=info")];
-    let server = ChildServer::spawn_ready_with(dir.path(), &db, sources, "", 0, &env, |_| {}).await;
+    let server = serve(dir.path(), sources, "", "hookbox=info", 0).await;
     let client = reqwest::Client::new();
     for n in 0..5 {
         let url = server.url(&format!(

@@ -203,7 +203,7 @@ impl ChildServer {
     /// `GET /metrics` from the admin listener, as text.
     pub async fn metrics(&self) -> String {
         reqwest::Client::new()
-            .get(format!("http://{}/metrics", self.admin_addr))
+            .get(self.admin_url("/metrics"))
             .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
