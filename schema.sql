@@ -72,10 +72,13 @@ CREATE TABLE leases (
     destination TEXT    NOT NULL,
     order_key   TEXT,
     attempt     INTEGER NOT NULL,   -- the attempt the claim makes, 1-based
-    lease_until INTEGER NOT NULL
+    lease_until INTEGER NOT NULL,   -- 0: the process that held it stopped
+    secret      BLOB    NOT NULL    -- 16 random bytes: a pull consumer's proof of its claim
 );
 -- One leased delivery of a key holds its key's others in the lane back.
 CREATE INDEX leases_key ON leases (source, destination, order_key) WHERE order_key IS NOT NULL;
+-- The leases of a lane that ran out, and when the next one does.
+CREATE INDEX leases_lane ON leases (source, destination, lease_until);
 
 -- One row per dispatch attempt.
 CREATE TABLE attempts (

@@ -1,6 +1,6 @@
-//! The pull API's routes: take (long-poll), ack, nack and release, on the
-//! public listener behind each destination's token and on the admin
-//! listener behind the admin token.
+//! The pull API's routes: take (long-poll), ack, nack, release and
+//! extend, on the public listener behind each destination's token and on
+//! the admin listener behind the admin token.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -17,10 +17,11 @@ use serde_json::{Value, json};
 
 use super::{PullHub, PullLane, Waiting};
 use crate::clock;
-use crate::dispatch::{backoff, excerpt};
+use crate::dispatch::excerpt;
 use crate::error::ApiError;
 use crate::store::StoreError;
-use crate::store::deliveries::{self, ClaimFrom, Claimed, Lease, Settled};
+use crate::store::deliveries::{self, ClaimFrom, Claimed, Lease};
+use crate::store::pull_leases::{self, PullLease, Standing};
 
 /// Most deliveries one take hands out.
 pub const MAX_TAKE: usize = 100;
@@ -28,15 +29,18 @@ pub const MAX_TAKE: usize = 100;
 /// Longest a take waits for a delivery.
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
 
-/// Most leases one ack or nack settles.
+/// Most leases one ack, nack, release or extend names.
 pub const MAX_SETTLE: usize = 1000;
+
+/// The shortest a waiting take sleeps before it claims again for a time
+/// the last claim gave, unless woken: a claim goes through the writer, and
+/// no schedule is worth more than a few claims a second.
+const MIN_LOOK_AGAIN: Duration = Duration::from_millis(100);
 
 pub fn public_routes(hub: Arc<PullHub>) -> Router {
     Router::new()
         .route("/pull/{source}/{destination}", post(public_take))
-        .route("/pull/{source}/{destination}/ack", post(public_ack))
-        .route("/pull/{source}/{destination}/nack", post(public_nack))
-        .route("/pull/{source}/{destination}/release", post(public_release))
+        .route("/pull/{source}/{destination}/{verb}", post(public_verb))
         .with_state(hub)
 }
 
@@ -45,12 +49,7 @@ pub fn public_routes(hub: Arc<PullHub>) -> Router {
 pub fn admin_routes(hub: Arc<PullHub>) -> Router {
     Router::new()
         .route("/api/pull/{source}/{destination}", post(admin_take))
-        .route("/api/pull/{source}/{destination}/ack", post(admin_ack))
-        .route("/api/pull/{source}/{destination}/nack", post(admin_nack))
-        .route(
-            "/api/pull/{source}/{destination}/release",
-            post(admin_release),
-        )
+        .route("/api/pull/{source}/{destination}/{verb}", post(admin_verb))
         .with_state(hub)
 }
 
@@ -181,64 +180,61 @@ async fn admin_take(
     take_deliveries(&hub, &lane, take, None).await
 }
 
-async fn public_ack(
+/// What a consumer does with leases it holds, as the URL names it.
+#[derive(Clone, Copy)]
+enum Verb {
+    Ack,
+    Nack,
+    Release,
+    Extend,
+}
+
+impl Verb {
+    fn parse(verb: &str) -> Result<Verb, ApiError> {
+        Ok(match verb {
+            "ack" => Verb::Ack,
+            "nack" => Verb::Nack,
+            "release" => Verb::Release,
+            "extend" => Verb::Extend,
+            _ => return Err(ApiError::NotFound("unknown_route")),
+        })
+    }
+}
+
+async fn public_verb(
     State(hub): State<Arc<PullHub>>,
-    Path((source, destination)): Path<(String, String)>,
+    Path((source, destination, verb)): Path<(String, String, String)>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
+    let verb = Verb::parse(&verb)?;
     let (parts, body) = request.into_parts();
-    let (lane, _) = admitted(&hub, &source, &destination, &parts)?;
+    let (lane, client) = admitted(&hub, &source, &destination, &parts)?;
     let body = json_body(parts, body).await;
-    settle(&hub, &lane, body, Verdict::Ack).await
+    let (answer, unknown) = on_leases(&hub, &lane, body, verb).await?;
+    // A secret of 128 random bits is not found by guessing, so a consumer
+    // only names a lease no delivery of its lane has when it makes them
+    // up: counted like a wrong token, once per request.
+    if unknown > 0 {
+        hub.edge.failed(client);
+        tracing::debug!(
+            source,
+            destination,
+            unknown,
+            "a pull named leases of no delivery of its lane"
+        );
+    }
+    Ok(answer)
 }
 
-async fn public_nack(
+async fn admin_verb(
     State(hub): State<Arc<PullHub>>,
-    Path((source, destination)): Path<(String, String)>,
-    request: Request,
-) -> Result<Json<Value>, ApiError> {
-    let (parts, body) = request.into_parts();
-    let (lane, _) = admitted(&hub, &source, &destination, &parts)?;
-    let body = json_body(parts, body).await;
-    settle(&hub, &lane, body, Verdict::Nack).await
-}
-
-async fn public_release(
-    State(hub): State<Arc<PullHub>>,
-    Path((source, destination)): Path<(String, String)>,
-    request: Request,
-) -> Result<Json<Value>, ApiError> {
-    let (parts, body) = request.into_parts();
-    let (lane, _) = admitted(&hub, &source, &destination, &parts)?;
-    let body = json_body(parts, body).await;
-    release_leases(&hub, &lane, body).await
-}
-
-async fn admin_release(
-    State(hub): State<Arc<PullHub>>,
-    Path((source, destination)): Path<(String, String)>,
+    Path((source, destination, verb)): Path<(String, String, String)>,
     body: Result<Json<SettleBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let verb = Verb::parse(&verb)?;
     let lane = known_lane(&hub, &source, &destination)?;
-    release_leases(&hub, &lane, body).await
-}
-
-async fn admin_ack(
-    State(hub): State<Arc<PullHub>>,
-    Path((source, destination)): Path<(String, String)>,
-    body: Result<Json<SettleBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let lane = known_lane(&hub, &source, &destination)?;
-    settle(&hub, &lane, body, Verdict::Ack).await
-}
-
-async fn admin_nack(
-    State(hub): State<Arc<PullHub>>,
-    Path((source, destination)): Path<(String, String)>,
-    body: Result<Json<SettleBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let lane = known_lane(&hub, &source, &destination)?;
-    settle(&hub, &lane, body, Verdict::Nack).await
+    let (answer, _) = on_leases(&hub, &lane, body, verb).await?;
+    Ok(answer)
 }
 
 /// Reads the JSON body of a request whose parts served its admission.
@@ -293,19 +289,21 @@ async fn take_deliveries(
                     bucket.give_back(limit - handed);
                 }
                 let claims = claims.map_err(unavailable)?;
+                hub.alerts
+                    .dead_many(&lane.source, &lane.destination, claims.died.len());
                 if !claims.jobs.is_empty() {
                     return answer(hub, lane, claims.jobs).await;
                 }
                 claims.next_due.map(|due| {
                     let ms = u64::try_from(due.saturating_sub(clock::now_ms())).unwrap_or(0);
-                    Instant::now() + Duration::from_millis(ms)
+                    Instant::now() + Duration::from_millis(ms).max(MIN_LOOK_AGAIN)
                 })
             }
             Err(next_token) => next_token,
         };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(Json(json!({ "events": [] })));
+            return Ok(none(lane));
         }
         let sleep = look_again.map_or(left, |at| {
             at.saturating_duration_since(Instant::now()).min(left)
@@ -313,7 +311,7 @@ async fn take_deliveries(
         tokio::select! {
             () = &mut notified => {}
             () = tokio::time::sleep(sleep) => {}
-            () = hub.shutdown.cancelled() => return Ok(Json(json!({ "events": [] }))),
+            () = hub.shutdown.cancelled() => return Ok(none(lane)),
         }
     }
 }
@@ -331,8 +329,9 @@ async fn claim(
         source: lane.source.clone(),
         destination: lane.destination.clone(),
         limit,
-        max_delay_ms: i64::try_from(lane.backoff_cap.as_millis()).unwrap_or(i64::MAX),
+        max_delay_ms: i64::try_from(lane.rule.cap.as_millis()).unwrap_or(i64::MAX),
         ahead: false,
+        on_failure: lane.rule.on_failure(),
     };
     let lease_until = now.saturating_add(timeout_ms);
     hub.writer
@@ -340,48 +339,76 @@ async fn claim(
         .await
 }
 
-/// Reads the claimed deliveries' bodies and answers as many as fit in the
-/// lane's `max_bytes` (one always does); the rest are given back at once.
+/// A take's answer with no event.
+fn none(lane: &PullLane) -> Json<Value> {
+    Json(json!({ "events": [], "lease_ms": lease_ms(lane) }))
+}
+
+/// How long each lease a take hands out lasts, in milliseconds.
+fn lease_ms(lane: &PullLane) -> u64 {
+    u64::try_from(lane.timeout.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Answers as many of the claimed deliveries as fit in the lane's
+/// `max_bytes` (one always does), reading their sizes first and then only
+/// the bodies that fit, one at a time: a take never holds more than
+/// `max_bytes` of bodies, plus the one event that is larger alone. The
+/// rest are given back unread.
 async fn answer(
     hub: &PullHub,
     lane: &PullLane,
     jobs: Vec<Claimed>,
 ) -> Result<Json<Value>, ApiError> {
     let ids: Vec<i64> = jobs.iter().map(|j| j.event_id).collect();
-    let bodies = hub
+    let sizes = hub
         .store
-        .read(move |conn| {
-            ids.iter()
-                .map(|id| deliveries::body(conn, *id))
-                .collect::<anyhow::Result<Vec<_>>>()
-        })
+        .read(move |conn| deliveries::body_sizes(conn, &ids))
         .await;
-    let bodies = match bodies {
-        Ok(bodies) => bodies,
-        Err(e) => {
-            tracing::warn!(error = %format!("{e:#}"), "a pull could not read bodies; giving its leases back");
-            release(hub, jobs.iter().map(Claimed::lease).collect()).await;
-            return Err(ApiError::Unavailable);
-        }
+    let sizes = match sizes {
+        Ok(sizes) => sizes,
+        Err(e) => return unreadable(hub, jobs, e).await,
     };
-    let mut events = Vec::with_capacity(jobs.len());
+    let mut fits = Vec::with_capacity(jobs.len());
     let mut rest = Vec::new();
     let mut bytes = 0u64;
-    for (job, body) in jobs.into_iter().zip(bodies) {
+    for (job, size) in jobs.into_iter().zip(sizes) {
         // Deleted since the claim (a purge): its lease went with it.
-        let Some(body) = body else { continue };
-        let size = body.len() as u64;
-        if !events.is_empty() && bytes.saturating_add(size) > lane.max_bytes {
+        let Some(size) = size else { continue };
+        if !fits.is_empty() && bytes.saturating_add(size) > lane.max_bytes {
             rest.push(job.lease());
             continue;
         }
         bytes = bytes.saturating_add(size);
-        events.push(event_json(&job, &body));
+        fits.push(job);
     }
     if !rest.is_empty() {
         release(hub, rest).await;
     }
-    Ok(Json(json!({ "events": events })))
+    let mut events = Vec::with_capacity(fits.len());
+    for (i, job) in fits.iter().enumerate() {
+        let id = job.event_id;
+        let body = hub.store.read(move |conn| deliveries::body(conn, id)).await;
+        match body {
+            Ok(Some(body)) => events.push(event_json(job, &body)),
+            // Purged between the two reads.
+            Ok(None) => {}
+            Err(e) => return unreadable(hub, fits.split_off(i), e).await,
+        }
+    }
+    Ok(Json(
+        json!({ "events": events, "lease_ms": lease_ms(lane) }),
+    ))
+}
+
+/// A take that could not read what it claimed gives the leases back.
+async fn unreadable(
+    hub: &PullHub,
+    jobs: Vec<Claimed>,
+    e: anyhow::Error,
+) -> Result<Json<Value>, ApiError> {
+    tracing::warn!(error = %format!("{e:#}"), "a pull could not read bodies; giving its leases back");
+    release(hub, jobs.iter().map(Claimed::lease).collect()).await;
+    Err(ApiError::Unavailable)
 }
 
 fn event_json(job: &Claimed, body: &[u8]) -> Value {
@@ -395,7 +422,11 @@ fn event_json(job: &Claimed, body: &[u8]) -> Value {
         "headers": headers,
         "body_base64": base64::engine::general_purpose::STANDARD.encode(body),
         "attempt": job.attempt,
-        "lease": format!("{}.{}", job.lease().delivery, job.lease().token),
+        "lease": PullLease {
+            delivery: job.delivery,
+            secret: job.secret,
+        }
+        .to_string(),
     })
 }
 
@@ -405,24 +436,10 @@ async fn release(hub: &PullHub, leases: Vec<Lease>) {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Verdict {
-    Ack,
-    Nack,
-}
-
-/// A lease as the API writes it: `"<delivery>.<token>"`.
-fn parse_lease(text: &str) -> Option<Lease> {
-    let (delivery, token) = text.split_once('.')?;
-    let delivery = delivery.parse().ok().filter(|n: &i64| *n > 0)?;
-    let token = token.parse().ok().filter(|n: &i64| *n > 0)?;
-    Some(Lease { delivery, token })
-}
-
-/// The body of an ack, nack or release, and its leases parsed.
+/// The body of an ack, nack, release or extend, and its leases parsed.
 fn leases_of(
     body: Result<Json<SettleBody>, JsonRejection>,
-) -> Result<(SettleBody, Vec<Lease>), ApiError> {
+) -> Result<(SettleBody, Vec<PullLease>), ApiError> {
     let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
     if body.leases.len() > MAX_SETTLE {
         return Err(ApiError::bad_request(
@@ -435,7 +452,7 @@ fn leases_of(
         .iter()
         .enumerate()
         .map(|(i, text)| {
-            parse_lease(text).ok_or_else(|| {
+            PullLease::parse(text).ok_or_else(|| {
                 ApiError::bad_request(
                     "invalid_body",
                     format!("leases[{i}]: not a lease (as a take answered it)"),
@@ -446,95 +463,80 @@ fn leases_of(
     Ok((body, leases))
 }
 
-/// Gives leases back unused (a consumer stopping before it tried them):
-/// no attempt is counted and the deliveries are due again at once.
-async fn release_leases(
+/// Applies `verb` to the leases in `body` that `lane` still holds;
+/// answers how many it applied to and which were stale (another lane's,
+/// settled, released, superseded or run out: those changed nothing), and
+/// how many named no delivery of the lane at all.
+async fn on_leases(
     hub: &PullHub,
     lane: &PullLane,
     body: Result<Json<SettleBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let (_, leases) = leases_of(body)?;
-    let n = leases.len();
-    hub.writer.release(leases).await.map_err(unavailable)?;
-    lane.wake.notify_waiters();
-    Ok(Json(json!({ "released": n })))
-}
-
-/// Acks or nacks the leases in `body`; answers how many were settled and
-/// which were stale.
-async fn settle(
-    hub: &PullHub,
-    lane: &PullLane,
-    body: Result<Json<SettleBody>, JsonRejection>,
-    verdict: Verdict,
-) -> Result<Json<Value>, ApiError> {
+    verb: Verb,
+) -> Result<(Json<Value>, usize), ApiError> {
     let (body, leases) = leases_of(body)?;
     let now = clock::now_ms();
-    let (max_attempts, base, cap) = (lane.max_attempts, lane.backoff_base, lane.backoff_cap);
-    // Counted as `decide` calls it, once per lease still held.
-    let died = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let dying = died.clone();
-    let (decide, error): (Arc<dyn Fn(u32) -> Settled + Send + Sync>, _) = match verdict {
-        Verdict::Ack => (Arc::new(|_| Settled::Delivered), None),
-        Verdict::Nack => (
-            Arc::new(move |attempt| {
-                if attempt >= max_attempts {
-                    dying.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return Settled::Dead;
-                }
-                let wait = backoff::next(attempt, None, base, cap, &mut fastrand::f64);
-                let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-                Settled::Retry(now.saturating_add(wait_ms))
-            }),
-            Some(body.error.as_deref().map_or_else(
-                || "nacked by the consumer".to_owned(),
-                |e| excerpt(e.as_bytes()),
-            )),
+    let (op, key) = match verb {
+        Verb::Ack => (pull_leases::Op::Ack, "acked"),
+        Verb::Nack => (
+            pull_leases::Op::Nack {
+                on_failure: lane.rule.on_failure(),
+                error: body.error.as_deref().map_or_else(
+                    || "nacked by the consumer".to_owned(),
+                    |e| excerpt(e.as_bytes()),
+                ),
+            },
+            "nacked",
+        ),
+        Verb::Release => (pull_leases::Op::Release, "released"),
+        Verb::Extend => (
+            pull_leases::Op::Extend {
+                lease_until: now.saturating_add(i64::try_from(lease_ms(lane)).unwrap_or(i64::MAX)),
+            },
+            "extended",
         ),
     };
-    let held = hub
+    let outcome = hub
         .writer
-        .settle(leases.clone(), decide, error, now)
+        .pulled(
+            lane.source.clone(),
+            lane.destination.clone(),
+            leases,
+            op,
+            now,
+        )
         .await
         .map_err(unavailable)?;
-    // The next delivery of a key may be free now, or a retry due.
-    lane.wake.notify_one();
-    let died = died.load(std::sync::atomic::Ordering::Relaxed);
-    hub.alerts.dead_many(&lane.source, &lane.destination, died);
+    match verb {
+        // The next delivery of a key may be free now, or a retry due.
+        Verb::Ack | Verb::Nack => lane.wake.notify_one(),
+        Verb::Release => lane.wake.notify_waiters(),
+        Verb::Extend => {}
+    }
+    hub.alerts
+        .dead_many(&lane.source, &lane.destination, outcome.died);
     let stale: Vec<&String> = body
         .leases
         .iter()
-        .zip(&held)
-        .filter(|(_, held)| !**held)
+        .zip(&outcome.standing)
+        .filter(|(_, s)| **s != Standing::Held)
         .map(|(text, _)| text)
         .collect();
-    let settled = held.iter().filter(|h| **h).count();
-    let key = match verdict {
-        Verdict::Ack => "acked",
-        Verdict::Nack => "nacked",
-    };
-    Ok(Json(json!({ key: settled, "stale": stale })))
+    let held = outcome
+        .standing
+        .iter()
+        .filter(|s| **s == Standing::Held)
+        .count();
+    let unknown = outcome
+        .standing
+        .iter()
+        .filter(|s| **s == Standing::Unknown)
+        .count();
+    Ok((Json(json!({ key: held, "stale": stale })), unknown))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn leases_read_back_as_written_and_nothing_else_parses() {
-        assert_eq!(
-            parse_lease("12.345"),
-            Some(Lease {
-                delivery: 12,
-                token: 345
-            })
-        );
-        for bad in [
-            "", "12", "12.", ".3", "a.b", "0.1", "1.0", "-1.2", "1.2.3", " 1.2",
-        ] {
-            assert_eq!(parse_lease(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn a_take_is_bounded() {

@@ -9,8 +9,11 @@
 //! writer, leased for the destination's `timeout`, exactly as the
 //! dispatcher claims; with none due it long-polls up to `wait`. The
 //! consumer then acks (delivered) or nacks (a failed attempt: backoff,
-//! `max_attempts`, dead) each lease; a lease that expired or was settled
-//! already changes nothing and is reported stale.
+//! `max_attempts`, dead) each lease, or extends the leases of what it is
+//! still working on; a lease that expired or was settled already changes
+//! nothing and is reported stale. A lease is named by its random secret
+//! and looked up in the URL's lane only ([`crate::store::pull_leases`]),
+//! and one that runs out is a failed attempt, recorded by the next take.
 //!
 //! A waiting long-poll costs no writer work: it sleeps on its lane's
 //! [`Notify`] until an insert gives the lane a delivery ([`PullHub::wake`]),
@@ -34,6 +37,7 @@ use subtle::ConstantTimeEq as _;
 use tokio::sync::Notify;
 
 use crate::config::{Config, Destination};
+use crate::dispatch::backoff;
 use crate::dispatch::board::Board;
 use crate::edge::Edge;
 use crate::store::{Store, WriterHandle};
@@ -49,9 +53,8 @@ pub struct PullLane {
     token: [u8; 32],
     /// How long a take's lease lasts.
     timeout: Duration,
-    max_attempts: u32,
-    backoff_base: Duration,
-    backoff_cap: Duration,
+    /// What a nack, or a lease that ran out, makes of a delivery.
+    rule: backoff::Rule,
     max_bytes: u64,
     /// `rate`: how fast takes may hand out deliveries.
     rate: Option<rate::Bucket>,
@@ -109,9 +112,7 @@ impl PullHub {
                     destination: d.name.clone(),
                     token: Sha256::digest(token.expose().as_bytes()).into(),
                     timeout: d.timeout,
-                    max_attempts: d.max_attempts,
-                    backoff_base: d.backoff_base,
-                    backoff_cap: d.backoff_cap,
+                    rule: backoff::Rule::of(d),
                     max_bytes: *max_bytes,
                     rate: d.rate.map(rate::Bucket::new),
                     wake: Notify::new(),

@@ -17,6 +17,7 @@ use super::ip_sets::{self, CachedSet};
 use super::jobs::{self, Done as CatchupDone, Op as CatchupOp};
 use super::models::{Inserted, NewEvent};
 use super::pauses::{self, PauseOp};
+use super::pull_leases::{self, PullLease};
 use super::recent::RecentKeys;
 use super::replay::{self, ReplayFilter};
 use super::retention::{self, PruneBatch, Pruned};
@@ -28,6 +29,9 @@ pub struct Claims {
     /// The earliest time (unix ms) a delivery of the asked lanes may become
     /// claimable, if any: the next one due, or a lease running out.
     pub next_due: Option<i64>,
+    /// For each delivery an expired lease made dead, its
+    /// [`ClaimFrom::lane`].
+    pub died: Vec<usize>,
 }
 
 pub enum WriteCmd {
@@ -71,14 +75,15 @@ pub enum WriteCmd {
         now: i64,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
-    /// A pull consumer's ack or nack: settles each lease still held, by
-    /// `settle` (attempt number → outcome); answers which were.
-    Settle {
-        leases: Vec<Lease>,
-        settle: std::sync::Arc<dyn Fn(u32) -> deliveries::Settled + Send + Sync>,
-        error: Option<String>,
+    /// A pull consumer's ack, nack, release or extend of leases it names
+    /// in lane (`source`, `destination`); answers how each stood.
+    Pulled {
+        source: String,
+        destination: String,
+        leases: Vec<PullLease>,
+        op: pull_leases::Op,
         now: i64,
-        reply: oneshot::Sender<Result<Vec<bool>, StoreError>>,
+        reply: oneshot::Sender<Result<pull_leases::Outcome, StoreError>>,
     },
     /// Gives back leases at shutdown.
     Release {
@@ -118,7 +123,7 @@ pub enum Applied {
     Catchup(CatchupDone),
     Claimed(Claims),
     Replayed(usize),
-    Settled(Vec<bool>),
+    Pulled(pull_leases::Outcome),
     Pruned(Pruned),
     Done,
 }
@@ -164,6 +169,8 @@ impl WriteCmd {
                     if *clock_went_back {
                         deliveries::clamp_leases(tx, source, destination, *lease_until)?;
                     }
+                    let died = deliveries::expire(tx, from, *now, tally)?;
+                    claims.died.extend(std::iter::repeat_n(from.lane, died));
                     if from.limit > 0 {
                         claims
                             .jobs
@@ -171,7 +178,7 @@ impl WriteCmd {
                     }
                     let due = earliest(
                         deliveries::next_due(tx, source, destination, *now)?,
-                        deliveries::next_lease_end(tx, source, destination)?,
+                        deliveries::next_lease_end(tx, source, destination, *now)?,
                     );
                     claims.next_due = earliest(claims.next_due, due);
                 }
@@ -195,27 +202,22 @@ impl WriteCmd {
                 deliveries::release(tx, leases)?;
                 Applied::Done
             }
-            WriteCmd::Settle {
+            WriteCmd::Pulled {
+                source,
+                destination,
                 leases,
-                settle,
-                error,
+                op,
                 now,
                 ..
-            } => Applied::Settled(
-                leases
-                    .iter()
-                    .map(|l| {
-                        deliveries::settle_lease(
-                            tx,
-                            *l,
-                            *now,
-                            settle.as_ref(),
-                            error.as_deref(),
-                            tally,
-                        )
-                    })
-                    .collect::<anyhow::Result<_>>()?,
-            ),
+            } => Applied::Pulled(pull_leases::apply(
+                tx,
+                source,
+                destination,
+                leases,
+                op,
+                *now,
+                tally,
+            )?),
             WriteCmd::Replay { filters, now, .. } => {
                 let mut n = 0;
                 for filter in filters {
@@ -258,7 +260,9 @@ impl WriteCmd {
             }
             (WriteCmd::Catchup { reply, .. }, Applied::Catchup(done)) => drop(reply.send(Ok(done))),
             (WriteCmd::Replay { reply, .. }, Applied::Replayed(n)) => drop(reply.send(Ok(n))),
-            (WriteCmd::Settle { reply, .. }, Applied::Settled(held)) => drop(reply.send(Ok(held))),
+            (WriteCmd::Pulled { reply, .. }, Applied::Pulled(outcome)) => {
+                drop(reply.send(Ok(outcome)))
+            }
             (WriteCmd::Prune { reply, .. }, Applied::Pruned(pruned)) => {
                 for (source, delivery_id) in &pruned.keys {
                     recent.forget(source, delivery_id);
@@ -285,7 +289,7 @@ impl WriteCmd {
             | WriteCmd::SaveIpSet { reply, .. }
             | WriteCmd::Pause { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Claim { reply, .. } => drop(reply.send(Err(err))),
-            WriteCmd::Settle { reply, .. } => drop(reply.send(Err(err))),
+            WriteCmd::Pulled { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Catchup { reply, .. } => drop(reply.send(Err(err))),
             WriteCmd::Replay { reply, .. } | WriteCmd::Prune { reply, .. } => {
                 drop(reply.send(Err(err)))

@@ -26,7 +26,16 @@
 //! delivery ([`record`]), renews its lease ([`renew`]) or gives it back
 //! ([`release`]); a result that arrives after the delivery was claimed
 //! again (its lease ran out, or it was released and replayed) changes
-//! nothing.
+//! nothing. A token is a counter, fit for the dispatcher that holds it;
+//! a pull consumer shows the lease's random secret instead
+//! ([`super::pull_leases`]).
+//!
+//! A lease that runs out is a failed attempt ("lease expired"): the next
+//! claim of its lane records it ([`expire`]) by the lane's
+//! [`OnFailure`], so a consumer that takes and never settles ends in
+//! `dead`, not in a loop. A lease left by a process that stopped is
+//! marked at start-up ([`interrupt_all`]) and recorded the same way,
+//! except that its delivery is due again at once.
 //!
 //! Leases are wall-clock times. Every claim of the dispatcher first renews
 //! the leases it holds (queued or running), in the same transaction and by
@@ -49,10 +58,16 @@
 //! an attempt is held: one waiting for a retry keeps its time (Retry-After
 //! included), and the claim's own key check keeps it back meanwhile.
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension as _, params};
 
+use super::counters::Tally;
 use super::models::State;
+
+/// Length of a lease's secret, in bytes: 128 bits, not to be guessed.
+pub const SECRET_LEN: usize = 16;
 
 /// One claim of a delivery: its token settles, renews or releases it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,6 +87,8 @@ pub struct Claimed {
     pub event_id: i64,
     /// This claim's token (see [`Lease`]).
     pub token: i64,
+    /// This claim's secret, which a pull consumer shows to settle it.
+    pub secret: [u8; SECRET_LEN],
     /// The [`ClaimFrom::lane`] it was claimed for.
     pub lane: usize,
     pub delivery_id: String,
@@ -109,12 +126,35 @@ pub struct ClaimFrom {
     /// (a paused destination's backlog waits out backoffs the probe must
     /// not).
     pub ahead: bool,
+    /// What an attempt of this lane whose lease ran out becomes.
+    pub on_failure: OnFailure,
+}
+
+/// What a failed attempt of a lane leaves its delivery as, from the
+/// attempt's number (1-based) and when it failed (unix ms): a retry after
+/// the lane's backoff, or dead after its `max_attempts`. Built from the
+/// destination's settings by `crate::dispatch::backoff::on_failure`.
+#[derive(Clone)]
+pub struct OnFailure(pub Arc<dyn Fn(u32, i64) -> Settled + Send + Sync>);
+
+impl OnFailure {
+    pub fn decide(&self, attempt: u32, now: i64) -> Settled {
+        (self.0)(attempt, now)
+    }
+}
+
+impl std::fmt::Debug for OnFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnFailure")
+    }
 }
 
 /// Pending deliveries `d` of lane (`?1`, `?2`) that no lease holds at time
 /// `?3` and that no older pending delivery of their key in the lane, nor
 /// one of their key in flight there (a live lease, so never the delivery
-/// itself), holds back: what may go next, once due.
+/// itself), holds back: what may go next, once due. The key's check names
+/// its index: `leases_lane` would also serve it, reading every live lease
+/// of the lane instead of those of one key.
 const HEADS: &str = "
     d.state = 'pending' AND d.source = ?1 AND d.destination = ?2
       AND NOT EXISTS (
@@ -124,7 +164,7 @@ const HEADS: &str = "
             WHERE p.state = 'pending' AND p.source = d.source AND p.destination = d.destination
               AND p.order_key = d.order_key AND p.event_id < d.event_id)
           AND NOT EXISTS (
-            SELECT 1 FROM leases AS f
+            SELECT 1 FROM leases AS f INDEXED BY leases_key
             WHERE f.source = d.source AND f.destination = d.destination
               AND f.order_key = d.order_key AND f.lease_until > ?3)))";
 
@@ -168,6 +208,7 @@ pub fn claim(
                     delivery: r.get(0)?,
                     event_id: r.get(1)?,
                     token: 0,
+                    secret: [0; SECRET_LEN],
                     lane: from.lane,
                     delivery_id: r.get(2)?,
                     event_type: r.get(3)?,
@@ -183,11 +224,14 @@ pub fn claim(
         .context("finding due deliveries")?;
     // A lease that ran out (a lost outcome) is replaced: its token is dead.
     let mut lease = conn.prepare_cached(
-        "INSERT OR REPLACE INTO leases (delivery, source, destination, order_key, attempt, lease_until)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING token",
+        "INSERT OR REPLACE INTO leases (delivery, source, destination, order_key, attempt, lease_until,
+                                        secret)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING token",
     )?;
     let mut claimed = Vec::with_capacity(found.len());
     for (mut c, order_key) in found {
+        getrandom::fill(&mut c.secret)
+            .map_err(|e| anyhow::anyhow!("drawing a lease's secret: {e}"))?;
         c.token = lease
             .query_row(
                 params![
@@ -196,7 +240,8 @@ pub fn claim(
                     from.destination,
                     order_key,
                     c.attempt,
-                    lease_until
+                    lease_until,
+                    c.secret
                 ],
                 |l| l.get(0),
             )
@@ -240,6 +285,22 @@ pub fn body(conn: &Connection, id: i64) -> anyhow::Result<Option<Vec<u8>>> {
         .context("reading an event's body")
 }
 
+/// The sizes of events `ids`' bodies, in order, without reading them
+/// (SQLite reads a blob's length from its record header): `None` for a
+/// row that is gone.
+pub fn body_sizes(conn: &Connection, ids: &[i64]) -> anyhow::Result<Vec<Option<u64>>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT coalesce(length(body), 0) FROM events WHERE id = ?1")?;
+    ids.iter()
+        .map(|id| {
+            stmt.query_row([id], |r| r.get::<_, i64>(0))
+                .optional()
+                .map(|size| size.map(|n| u64::try_from(n).unwrap_or(0)))
+                .context("reading the size of an event's body")
+        })
+        .collect()
+}
+
 /// When the next delivery of lane (`source`, `destination`) becomes
 /// claimable, if any is pending.
 pub fn next_due(
@@ -262,20 +323,95 @@ pub fn next_due(
     })
 }
 
-/// When the first lease of lane (`source`, `destination`) runs out, if it
-/// holds any: its delivery (and any of its key held behind it) is
-/// claimable again then. Only a pull consumer that went away lets one run
-/// out; the dispatcher renews its own.
+/// When the next lease of lane (`source`, `destination`) still running at
+/// `now` runs out, if it holds any: its delivery (and any of its key held
+/// behind it) is claimable again then. Only a pull consumer that went away
+/// lets one run out; the dispatcher renews its own. One that ran out
+/// already is not counted: the claim that looked has recorded it
+/// ([`expire`]), and counting it would have a waiting take look again at
+/// once, forever.
 pub fn next_lease_end(
     conn: &Connection,
     source: &str,
     destination: &str,
+    now: i64,
 ) -> anyhow::Result<Option<i64>> {
     conn.prepare_cached(
-        "SELECT min(lease_until) FROM leases WHERE source = ?1 AND destination = ?2",
+        "SELECT min(lease_until) FROM leases
+         WHERE source = ?1 AND destination = ?2 AND lease_until > ?3",
     )?
-    .query_row(params![source, destination], |r| r.get(0))
+    .query_row(params![source, destination, now], |r| r.get(0))
     .context("finding when a lease runs out")
+}
+
+/// What an attempt whose lease ran out is logged with.
+pub const LEASE_EXPIRED: &str = "lease expired";
+
+/// What an attempt cut off by a stop of hookbox is logged with.
+pub const INTERRUPTED: &str = "interrupted: hookbox stopped during the attempt";
+
+/// Records every lease of `from`'s lane that ran out by `now` as a failed
+/// attempt of its delivery, settled by the lane's [`OnFailure`]: the
+/// consumer or process that held it may have acted on it, so it counts
+/// toward `max_attempts`. One cut off by a stop ([`interrupt_all`]) is due
+/// again at once unless it was the last attempt allowed. Answers how many
+/// deliveries this made dead.
+pub fn expire(
+    conn: &Connection,
+    from: &ClaimFrom,
+    now: i64,
+    tally: &mut Tally,
+) -> anyhow::Result<usize> {
+    let expired = conn
+        .prepare_cached(
+            "SELECT l.token, l.delivery, d.event_id, l.attempt, l.lease_until
+             FROM leases AS l JOIN deliveries AS d ON d.id = l.delivery
+             WHERE l.source = ?1 AND l.destination = ?2 AND l.lease_until <= ?3",
+        )?
+        .query_map(params![from.source, from.destination, now], |r| {
+            Ok((
+                Lease {
+                    token: r.get(0)?,
+                    delivery: r.get(1)?,
+                },
+                r.get::<_, i64>(2)?,
+                r.get::<_, u32>(3)?,
+                r.get::<_, i64>(4)? == 0,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .context("finding leases that ran out")?;
+    let mut died = 0;
+    for (lease, event_id, attempt, interrupted) in expired {
+        let settled = match from.on_failure.decide(attempt, now) {
+            Settled::Retry(_) if interrupted => Settled::Retry(now),
+            settled => settled,
+        };
+        died += usize::from(settled == Settled::Dead);
+        let record_of = AttemptRecord {
+            lease,
+            event_id,
+            source: from.source.clone(),
+            destination: from.destination.clone(),
+            attempt,
+            started_at: now,
+            duration_ms: 0,
+            settled,
+            status: None,
+            error: Some(
+                if interrupted {
+                    INTERRUPTED
+                } else {
+                    LEASE_EXPIRED
+                }
+                .to_owned(),
+            ),
+            counted: true,
+        };
+        record(conn, &record_of, now)?;
+        tally.attempt(&record_of);
+    }
+    Ok(died)
 }
 
 /// Brings retries scheduled under a wall clock since set back within
@@ -430,51 +566,6 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
     derive_event_state(conn, r.event_id, now)
 }
 
-/// Settles a delivery by its lease alone, as a pull consumer's ack or nack
-/// does: `settle` decides from the attempt number how it ends, `error` is
-/// kept with it, and the attempt counted in `tally`. `false`, changing
-/// nothing, when the lease is stale: its claim was settled, released or
-/// superseded, or it ran out by `now`.
-pub fn settle_lease(
-    conn: &Connection,
-    lease: Lease,
-    now: i64,
-    settle: &dyn Fn(u32) -> Settled,
-    error: Option<&str>,
-    tally: &mut super::counters::Tally,
-) -> anyhow::Result<bool> {
-    let held: Option<(i64, String, String, u32)> = conn
-        .prepare_cached(
-            "SELECT d.event_id, d.source, d.destination, l.attempt
-             FROM leases AS l JOIN deliveries AS d ON d.id = l.delivery
-             WHERE l.token = ?1 AND l.delivery = ?2 AND l.lease_until > ?3",
-        )?
-        .query_row(params![lease.token, lease.delivery, now], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })
-        .optional()
-        .context("finding a lease")?;
-    let Some((event_id, source, destination, attempt)) = held else {
-        return Ok(false);
-    };
-    let record_of = AttemptRecord {
-        lease,
-        event_id,
-        source,
-        destination,
-        attempt,
-        started_at: now,
-        duration_ms: 0,
-        settled: settle(attempt),
-        status: None,
-        error: error.map(str::to_owned),
-        counted: true,
-    };
-    record(conn, &record_of, now)?;
-    tally.attempt(&record_of);
-    Ok(true)
-}
-
 /// Makes every pending delivery of lane (`source`, `destination`)
 /// scheduled later than `now` due at `now` (held ones stay held): the
 /// backlog a paused destination kept, once a probe found it back.
@@ -526,19 +617,15 @@ pub fn release(conn: &Connection, leases: &[Lease]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Clears every lease. Only one hookbox runs on a database, so at start-up
-/// any lease left is from a process that died mid-dispatch: its deliveries
-/// are due again at once, rather than when their leases would have run
-/// out. The attempt it cut off counts, as the destination may have seen it.
-pub fn release_all(conn: &Connection) -> anyhow::Result<usize> {
-    conn.execute(
-        "UPDATE deliveries SET attempts = l.attempt FROM leases AS l
-         WHERE l.delivery = deliveries.id AND deliveries.state = 'pending'",
-        [],
-    )
-    .context("counting the attempts the previous run left unfinished")?;
-    conn.execute("DELETE FROM leases", [])
-        .context("clearing leases left by the previous run")
+/// Marks every lease as cut off by a stop. Only one hookbox runs on a
+/// database, so at start-up any lease left is from a process that died
+/// mid-attempt: the first claim of its lane records the attempt
+/// ([`INTERRUPTED`], counted, as the destination may have seen it) and
+/// makes the delivery due again at once, rather than when its lease would
+/// have run out. Answers how many were left.
+pub fn interrupt_all(conn: &Connection) -> anyhow::Result<usize> {
+    conn.execute("UPDATE leases SET lease_until = 0", [])
+        .context("marking the leases the previous run left")
 }
 
 #[cfg(test)]

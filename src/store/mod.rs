@@ -19,6 +19,7 @@ pub mod lock;
 pub mod models;
 pub mod orphans;
 pub mod pauses;
+pub mod pull_leases;
 pub mod queries;
 mod recent;
 pub mod rejections;
@@ -83,11 +84,11 @@ pub fn open(
 ) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
     let conn = open_writer_connection(path)?;
     let indexer = search::Indexer::open(&conn, search)?;
-    let released = deliveries::release_all(&conn)?;
-    if released > 0 {
+    let interrupted = deliveries::interrupt_all(&conn)?;
+    if interrupted > 0 {
         tracing::info!(
-            events = released,
-            "released deliveries left running by the previous run"
+            events = interrupted,
+            "deliveries were left running by the previous run; each counts as an interrupted attempt and is due again"
         );
     }
     let poisoned = Arc::new(AtomicBool::new(false));

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 16;
+pub const SCHEMA_VERSION: i64 = 17;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0014_search_merges.sql"),
     include_str!("migrations/0015_rejection_repeats.sql"),
     include_str!("migrations/0016_state_checks.sql"),
+    include_str!("migrations/0017_lease_secrets.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -484,7 +485,7 @@ mod tests {
         }
         let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
         assert_eq!(count("SELECT count(*) FROM events"), 3);
-        assert_eq!(count("PRAGMA user_version"), 16);
+        assert_eq!(count("PRAGMA user_version"), SCHEMA_VERSION);
         let check: String = conn
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();

@@ -33,6 +33,7 @@ mod package;
 mod pauses;
 mod protect;
 mod pull;
+mod pull_leases;
 mod quick_start;
 mod read_only;
 mod receive;

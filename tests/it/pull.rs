@@ -321,7 +321,7 @@ async fn shutdown_answers_a_waiting_take_at_once_instead_of_holding_the_drain() 
     assert_eq!(answer.status(), 200);
     assert_eq!(
         answer.json::<Value>().await.unwrap(),
-        json!({ "events": [] })
+        json!({ "events": [], "lease_ms": 2000 })
     );
     assert!(
         took < Duration::from_secs(5),

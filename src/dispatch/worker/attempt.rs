@@ -39,18 +39,12 @@ impl Dispatcher {
                 Outcome::Delivered => Settled::Delivered,
                 Outcome::Dead => Settled::Dead,
                 Outcome::Retry { .. } if probe => Settled::Retry(now),
-                Outcome::Retry { .. } if job.attempt >= config.max_attempts => Settled::Dead,
-                Outcome::Retry { retry_after } => {
-                    let wait = backoff::next(
-                        job.attempt,
-                        retry_after,
-                        config.backoff_base,
-                        config.backoff_cap,
-                        &mut fastrand::f64,
-                    );
-                    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-                    Settled::Retry(now.saturating_add(wait_ms))
-                }
+                Outcome::Retry { retry_after } => backoff::after_failure(
+                    job.attempt,
+                    retry_after,
+                    &backoff::Rule::of(&config),
+                    now,
+                ),
             };
             log_attempt(&job, &attempt, settled);
             let outcome = match settled {

@@ -10,7 +10,7 @@ use crate::config::DeliverConfig;
 use crate::dispatch::Deliverer;
 use crate::dispatch::breaker::Breaker;
 use crate::metrics::LaneMetrics;
-use crate::store::deliveries::{ClaimFrom, Claimed};
+use crate::store::deliveries::{ClaimFrom, Claimed, OnFailure};
 
 /// One destination of one source, its claimed-but-not-started deliveries,
 /// and how busy it is.
@@ -30,6 +30,8 @@ pub(super) struct Lane {
     pub(super) probe_queued: bool,
     /// Paused by hand: nothing is claimed or started, not even a probe.
     pub(super) manual: bool,
+    /// What an attempt whose lease ran out becomes.
+    pub(super) on_failure: OnFailure,
 }
 
 impl Lane {
@@ -94,5 +96,6 @@ pub(super) fn claim_from(i: usize, lane: &Lane, limit: usize) -> ClaimFrom {
         limit,
         max_delay_ms: i64::try_from(lane.config.backoff_cap.as_millis()).unwrap_or(i64::MAX),
         ahead: lane.breaker.is_paused(),
+        on_failure: lane.on_failure.clone(),
     }
 }

@@ -49,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 use self::lane::{Lane, claim_from};
 use self::pauses::persist;
 use super::Deliverer;
+use super::backoff;
 use super::board::Board;
 use super::breaker::{Breaker, May, Verdict};
 use crate::alerts::Alerter;
@@ -142,6 +143,7 @@ impl Dispatcher {
                     probe_asked: false,
                     probe_queued: false,
                     manual: false,
+                    on_failure: backoff::Rule::of(cfg).on_failure(),
                 })
             })
             .collect();
@@ -374,6 +376,11 @@ impl Dispatcher {
                     lane.queued.push_back(job);
                 }
                 self.give_back(give_back);
+                for i in claims.died {
+                    if let Some(lane) = self.lanes.get(i) {
+                        self.alerts.dead_many(&lane.source, &lane.config.name, 1);
+                    }
+                }
                 let at = Instant::now();
                 for lane in &mut self.lanes {
                     if std::mem::take(&mut lane.probe_asked) {

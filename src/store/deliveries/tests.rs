@@ -1,4 +1,5 @@
 use super::*;
+use crate::store::counters::Tally;
 use crate::store::replay::{ReplayFilter, replay};
 use crate::store::test_support::db;
 
@@ -12,15 +13,98 @@ fn claim(
     now: i64,
     lease_until: i64,
 ) -> anyhow::Result<Vec<Claimed>> {
-    let from = ClaimFrom {
+    let from = lane_of(source, limit);
+    // As the writer's claim does: leases that ran out are attempts first.
+    super::expire(conn, &from, now, &mut Tally::default())?;
+    super::claim(conn, &from, now, lease_until)
+}
+
+/// Attempts the tests' lanes allow.
+const MAX_ATTEMPTS: u32 = 3;
+
+/// The tests' lane: a failed attempt is retried at once, until the
+/// [`MAX_ATTEMPTS`]th, which is dead.
+fn lane_of(source: &str, limit: usize) -> ClaimFrom {
+    ClaimFrom {
         lane: 0,
         source: source.to_owned(),
         destination: DEST.to_owned(),
         limit,
         max_delay_ms: i64::MAX,
         ahead: false,
-    };
-    super::claim(conn, &from, now, lease_until)
+        on_failure: OnFailure(Arc::new(|attempt, now| {
+            if attempt >= MAX_ATTEMPTS {
+                Settled::Dead
+            } else {
+                Settled::Retry(now)
+            }
+        })),
+    }
+}
+
+/// The event's attempts as the log keeps them: number, outcome, error.
+fn attempts_of(conn: &Connection, id: i64) -> Vec<(u32, String, Option<String>)> {
+    conn.prepare("SELECT attempt, outcome, error FROM attempts WHERE event_id = ?1 ORDER BY id")
+        .unwrap()
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn a_lease_that_runs_out_is_a_failed_attempt_and_the_last_one_is_dead() {
+    let conn = db();
+    let id = add(&conn, "x", None, 10);
+    let mut at = 10;
+    for attempt in 1..=MAX_ATTEMPTS {
+        let claimed = claim(&conn, "s", 1, at, at + 40).unwrap();
+        assert_eq!(claimed[0].attempt, attempt);
+        // Nobody settles it: it runs out.
+        at += 40;
+    }
+    assert!(claim(&conn, "s", 1, at, at + 40).unwrap().is_empty());
+    let expired = || Some(LEASE_EXPIRED.to_owned());
+    assert_eq!(
+        attempts_of(&conn, id),
+        [
+            (1, "retry".to_owned(), expired()),
+            (2, "retry".to_owned(), expired()),
+            (3, "dead".to_owned(), expired()),
+        ]
+    );
+    let (state, attempts, _) = state_of(&conn, id);
+    assert_eq!((state.as_str(), attempts), ("dead", 3));
+    let leases: i64 = conn
+        .query_row("SELECT count(*) FROM leases", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(leases, 0);
+}
+
+#[test]
+fn a_lease_still_running_is_not_expired_and_counts_as_the_next_end() {
+    let conn = db();
+    add(&conn, "x", None, 10);
+    claim(&conn, "s", 1, 10, 50).unwrap();
+    assert!(claim(&conn, "s", 1, 49, 100).unwrap().is_empty());
+    assert_eq!(next_lease_end(&conn, "s", DEST, 49).unwrap(), Some(50));
+    // Ran out: no longer a time to look again at (a waiting take would
+    // spin on it), and the next claim records it.
+    assert_eq!(next_lease_end(&conn, "s", DEST, 50).unwrap(), None);
+}
+
+#[test]
+fn a_lease_left_by_a_stop_is_an_interrupted_attempt_due_again_at_once() {
+    let conn = db();
+    let id = add(&conn, "x", None, 10);
+    claim(&conn, "s", 1, 10, 1_000_000).unwrap();
+    assert_eq!(interrupt_all(&conn).unwrap(), 1);
+    let again = claim(&conn, "s", 1, 20, 60).unwrap();
+    assert_eq!((again[0].event_id, again[0].attempt), (id, 2));
+    assert_eq!(
+        attempts_of(&conn, id),
+        [(1, "retry".to_owned(), Some(INTERRUPTED.to_owned()))]
+    );
 }
 
 fn next_due(conn: &Connection, source: &str, now: i64) -> anyhow::Result<Option<i64>> {
@@ -96,11 +180,11 @@ fn after_the_clock_went_back_retries_and_leases_come_within_reach() {
     assert!(claim(&conn, "s", 10, 600_000, 660_000).unwrap().is_empty());
     assert_eq!(clamp_retries(&conn, "s", 0, 600_000).unwrap(), 1);
     assert_eq!(clamp_leases(&conn, "s", 60_000).unwrap(), 1);
-    // Due at the cap, leased no longer than a lease granted now.
-    assert_eq!(
-        ids(&claim(&conn, "s", 10, 600_000, 660_000).unwrap()),
-        vec![leased, waiting]
-    );
+    // Due at the cap, leased no longer than a lease granted now (and that
+    // lease, run out, is a failed attempt retried now).
+    let mut within_reach = ids(&claim(&conn, "s", 10, 600_000, 660_000).unwrap());
+    within_reach.sort_unstable();
+    assert_eq!(within_reach, vec![waiting, leased]);
     // Nothing scheduled within reach is touched.
     assert_eq!(clamp_retries(&conn, "s", 600_000, 600_000).unwrap(), 0);
 }
@@ -318,10 +402,12 @@ fn a_replayed_event_waits_for_the_event_of_its_key_in_flight_then_goes_first() {
     };
     assert_eq!(replay(&conn, &filter, 200).unwrap(), 1);
     assert!(claim(&conn, "s", 10, 200, 1000).unwrap().is_empty());
-    // The lease runs out (a crashed dispatcher): a1, being older, goes.
+    // The lease runs out (a crashed dispatcher): that attempt of a2
+    // failed, and a1, being older, goes.
     assert_eq!(ids(&claim(&conn, "s", 10, 1000, 2000).unwrap()), vec![a1]);
     settle(&conn, a1, 1, Settled::Delivered, 1000);
-    settle(&conn, a2, 1, Settled::Delivered, 1000);
+    assert_eq!(ids(&claim(&conn, "s", 10, 1000, 2000).unwrap()), vec![a2]);
+    settle(&conn, a2, 2, Settled::Delivered, 1000);
     assert_eq!(ids(&claim(&conn, "s", 10, 1000, 2000).unwrap()), vec![a3]);
 }
 
@@ -478,7 +564,7 @@ fn a_late_result_of_an_old_claim_cannot_settle_a_newer_claim() {
     assert_eq!(again.attempt, 3, "the lost attempt counts");
     let again = again.lease();
     record(&conn, &outcome(id, lost, 2, Settled::Delivered), 110).unwrap();
-    assert_eq!(state_of(&conn, id), ("pending".into(), 1, Some(1_000)));
+    assert_eq!(state_of(&conn, id), ("pending".into(), 2, Some(1_000)));
     record(&conn, &outcome(id, again, 3, Settled::Dead), 120).unwrap();
     assert_eq!(state_of(&conn, id), ("dead".into(), 3, None));
     // Replay resets the count: a result of a claim from before it is

@@ -169,20 +169,22 @@ impl WriterHandle {
             .map_err(|_| StoreError::Closed)
     }
 
-    /// Settles each lease still held by `settle` (attempt number →
-    /// outcome), durably; answers which were (the others were stale).
-    pub async fn settle(
+    /// Applies a pull consumer's `op` to the leases it names in lane
+    /// (`source`, `destination`), durably; answers how each stood.
+    pub async fn pulled(
         &self,
-        leases: Vec<Lease>,
-        settle: std::sync::Arc<dyn Fn(u32) -> crate::store::deliveries::Settled + Send + Sync>,
-        error: Option<String>,
+        source: String,
+        destination: String,
+        leases: Vec<crate::store::pull_leases::PullLease>,
+        op: crate::store::pull_leases::Op,
         now: i64,
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<crate::store::pull_leases::Outcome, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Settle {
+        self.send(WriteCmd::Pulled {
+            source,
+            destination,
             leases,
-            settle,
-            error,
+            op,
             now,
             reply,
         })?;
