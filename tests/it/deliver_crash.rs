@@ -54,9 +54,21 @@ async fn a_delivery_cut_by_kill_9_is_delivered_again_after_restart_with_the_same
     );
     assert_eq!(
         outcomes(&db, id),
-        [(2, "delivered".into(), Some(204))],
-        "the killed attempt left no record"
+        [
+            (1, "retry".into(), None),
+            (2, "delivered".into(), Some(204))
+        ],
+        "the killed attempt is in the log"
     );
+    let why: String = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row(
+            "SELECT error FROM attempts WHERE event_id = ?1 AND attempt = 1",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(why, "interrupted: hookbox stopped during the attempt");
     let row = event_row(&db, id);
     assert_eq!((row.attempts, row.lease_until), (2, None));
     let events: i64 = rusqlite::Connection::open(&db)
