@@ -10,12 +10,17 @@ use crate::helpers::*;
 const TOKEN: &str = "listen-token-0123456789";
 
 fn source() -> String {
+    source_leasing("3s")
+}
+
+/// The pull destination `laptop`, leasing what it hands out for `timeout`.
+fn source_leasing(timeout: &str) -> String {
     format!(
         r#"{GITHUB_SOURCE}order_key = ["/repository/full_name"]
 [[sources.deliver]]
 name = "laptop"
 pull = {{ token = "{TOKEN}" }}
-timeout = "3s"
+timeout = "{timeout}"
 backoff_base = "100ms"
 backoff_cap = "200ms"
 "#
@@ -65,6 +70,26 @@ fn stop(mut child: Child) {
 
 fn delivered(app: &TestApp) -> i64 {
     app.count("SELECT count(*) FROM deliveries WHERE state = 'delivered'")
+}
+
+/// Sends `signal` to the `hookbox listen` child.
+fn signal(child: &Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, signal).unwrap();
+}
+
+/// Waits up to `within` for `child` to exit; fails showing what it
+/// printed if it does not.
+async fn exits_within(mut child: Child, within: Duration) -> std::process::Output {
+    let deadline = std::time::Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            stop(child);
+            panic!("listen did not exit within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.wait_with_output().unwrap()
 }
 
 async fn post_all(app: &TestApp, ids: &[String]) {
@@ -251,4 +276,103 @@ async fn it_speaks_https_trusting_the_ca_it_is_given() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot take events"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_slower_than_the_lease_gets_each_event_once_acked_at_its_first_attempt() {
+    // Five events of five keys come in one take; at 1 s each the last is
+    // answered 5 s after the take, well past its 2 s lease, unless listen
+    // keeps the leases alive and acks each one as it goes through.
+    let app = TestApp::spawn(&source_leasing("2s")).await;
+    let down = Downstream::start(|_, _| Reply::status(204).after(Duration::from_secs(1))).await;
+    for i in 0..5 {
+        let body = format!(r#"{{"repository":{{"full_name":"acme/slow{i}"}}}}"#);
+        let id = format!("slow-{i}");
+        assert_eq!(app.post_github(&id, body.as_bytes()).await.status(), 202);
+    }
+    let child = spawn(listen(&app, &down, &["--max", "10"]));
+    let child = until(child, "every event delivered", || delivered(&app) == 5).await;
+    // A copy handed out again would be with the app now: let it arrive.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop(child);
+    let mut seen: Vec<String> = down
+        .hits()
+        .iter()
+        .map(|h| h.header("x-github-delivery").to_owned())
+        .collect();
+    seen.sort();
+    let ids: Vec<String> = (0..5).map(|i| format!("slow-{i}")).collect();
+    assert_eq!(seen, ids, "each event reaches the app exactly once");
+    assert_eq!(
+        app.count("SELECT count(*) FROM deliveries WHERE state = 'delivered' AND attempts = 1"),
+        5,
+        "each delivered at its first attempt"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM attempts"), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_while_the_app_works_is_reported_not_silently_acked() {
+    let app = TestApp::spawn(&source_leasing("2s")).await;
+    let down = Downstream::start(|_, _| Reply::status(204).after(Duration::from_secs(1))).await;
+    post_all(&app, &["lost-0".to_owned()]).await;
+    let child = spawn(listen(&app, &down, &[]));
+    down.wait_for_hits(1).await;
+    // Stopped past the lease (a laptop lid, a debugger), listen cannot
+    // extend it: once back, the server says the lease is gone.
+    signal(&child, nix::sys::signal::Signal::SIGSTOP);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    signal(&child, nix::sys::signal::Signal::SIGCONT);
+    let child = until(child, "the event delivered", || delivered(&app) == 1).await;
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let out = exits_within(child, Duration::from_secs(2)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("may see it again"),
+        "no line about the lost lease:\n{stderr}"
+    );
+    assert_eq!(down.hits().len(), 2, "taken again after the loss");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_gives_back_the_event_the_app_is_still_working_on_and_exits_0_within_2s() {
+    // Leases far longer than the test: only a release makes it due again.
+    let app = TestApp::spawn(&source_leasing("60s")).await;
+    let never = Gate::new();
+    let down = Downstream::start(move |_, _| Reply::status(204).until(never.clone())).await;
+    post_all(&app, &["held-0".to_owned()]).await;
+    let child = spawn(listen(&app, &down, &[]));
+    down.wait_for_hits(1).await;
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let out = exits_within(child, Duration::from_secs(2)).await;
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM deliveries WHERE state = 'pending' AND attempts = 0"),
+        1
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM attempts"),
+        0,
+        "no attempt counted"
+    );
+    assert_eq!(app.count("SELECT count(*) FROM leases"), 0, "released");
+    let took = app
+        .client
+        .post(app.url("/pull/github/laptop"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    assert_eq!(
+        took["events"][0]["delivery_id"], "held-0",
+        "due at once: {took}"
+    );
 }
