@@ -46,11 +46,15 @@ pub fn run(args: ListenArgs) -> ExitCode {
         .build()
         .context("starting the runtime")
         .and_then(|runtime| {
-            runtime.block_on(async {
+            let ran = runtime.block_on(async {
                 let stop = CancellationToken::new();
-                crate::shutdown::cancel_on_signal(stop.clone())?;
+                crate::shutdown::cancel_then_exit_on_signal(stop.clone())?;
                 crate::listen::run(listen, stop).await
-            })
+            });
+            // A name lookup still running on a blocking thread must not
+            // hold up the exit Ctrl-C promised.
+            runtime.shutdown_background();
+            ran
         });
     match ran {
         Ok(()) => ExitCode::SUCCESS,

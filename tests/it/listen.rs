@@ -376,3 +376,33 @@ async fn sigint_gives_back_the_event_the_app_is_still_working_on_and_exits_0_wit
         "due at once: {took}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigint_exits_at_once_while_the_first_waits_for_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    let server = ChildServer::spawn_ready(dir.path(), &db, &source_leasing("60s"), "", 0).await;
+    let client = reqwest::Client::new();
+    let body = br#"{"repository":{"full_name":"acme/r0"}}"#;
+    let r = github_request(&client, &server.url("/hooks/github"), "twice-0", body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let never = Gate::new();
+    let down = Downstream::start(move |_, _| Reply::status(204).until(never.clone())).await;
+    let mut cmd = hookbox();
+    cmd.args(["listen", "--url", &server.url(""), "--source", "github"])
+        .args(["--destination", "laptop", "--forward-to", &down.url()])
+        .env("HOOKBOX_PULL_TOKEN", TOKEN);
+    let child = spawn(cmd);
+    down.wait_for_hits(1).await;
+    // The give-back the first SIGINT starts gets no answer.
+    server.freeze();
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let out = exits_within(child, Duration::from_millis(400)).await;
+    server.thaw();
+    assert_eq!(out.status.code(), Some(130), "{:?}", out.status);
+}
