@@ -19,7 +19,7 @@ use super::{Secret, duration, limits, secret};
 mod gitlab;
 
 pub use gitlab::{
-    GitlabParent, GitlabRedeliveryConfig, Namespace, RawGitlabRedelivery, redact as redact_gitlab,
+    GitlabParent, GitlabRedeliveryConfig, Namespace, RawGitlabRedelivery,
     validate as validate_gitlab,
 };
 
@@ -396,15 +396,5 @@ fn path_segment(s: &str) -> bool {
 }
 
 /// What `hookbox check` prints: secret references described, literals hidden.
-pub fn redact_github(raw: &mut RawGithubRedelivery) {
-    for s in [&mut raw.token, &mut raw.private_key].into_iter().flatten() {
-        *s = secret::describe(s);
-    }
-}
-
-pub fn redact_stripe(raw: &mut RawStripeBackfill) {
-    raw.api_key = secret::describe(&raw.api_key);
-}
-
 #[cfg(test)]
 mod tests;

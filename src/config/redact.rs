@@ -1,10 +1,16 @@
-//! What of the config is secret, for the two places that must leave it
-//! out: the environment of programs hookbox starts ([`Config::secret_env`])
-//! and the effective config `hookbox check` prints
-//! ([`Config::redacted_toml`]).
+//! What of the config is secret, for the places that must leave it out:
+//! the environment of programs hookbox starts ([`Config::secret_env`]) and
+//! the effective config `hookbox check` prints ([`Config::redacted_toml`]).
+//!
+//! Both read one list, [`RawConfig::secrets_mut`], every secret reference
+//! of the file: a secret field added to the config is added there once,
+//! and neither place can forget it (as `secret_env` once forgot the pull
+//! tokens while redaction had them). A unit test walks every text field
+//! of every config type and fails on one that is neither in that list nor
+//! named as not secret.
 
 use super::load::EMBEDDED_SOURCES;
-use super::{Config, admin, alerts, catchup, deliver, secret};
+use super::{Config, RawConfig, secret};
 
 impl Config {
     /// The environment variables that hold hookbox's secrets, for programs
@@ -12,31 +18,54 @@ impl Config {
     /// (disabled sources' too) and the embedded default's variables,
     /// whichever config is in use.
     pub fn secret_env(&self) -> Vec<String> {
-        let raw = &self.raw;
-        let references =
-            raw.sources
-                .iter()
-                .flat_map(|s| {
-                    let redelivery = s.github_redelivery.as_ref();
-                    s.secrets
-                        .iter()
-                        .map(String::as_str)
-                        .chain(s.deliver.iter().filter_map(|d| d.signing_secret.as_deref()))
-                        .chain(redelivery.and_then(|g| g.token.as_deref()))
-                        .chain(redelivery.and_then(|g| g.private_key.as_deref()))
-                        .chain(
-                            s.gitlab_redelivery
-                                .as_ref()
-                                .and_then(|g| g.token.as_deref()),
-                        )
-                        .chain(s.stripe_backfill.as_ref().map(|b| b.api_key.as_str()))
-                        .chain(s.verify_token.as_deref())
-                })
-                .chain(raw.admin.token.as_deref())
-                .chain(raw.alerts.iter().flat_map(|a| {
-                    std::iter::once(a.url.as_str()).chain(a.signing_secret.as_deref())
-                }));
-        let mut names: Vec<String> = references
+        self.raw.secret_env()
+    }
+
+    /// The effective config as TOML, every literal secret replaced by
+    /// `[redacted]` (references like `env:NAME` are shown: they are not
+    /// secret), and so is the password of a destination's URL.
+    pub fn redacted_toml(&self) -> String {
+        self.raw.redacted_toml()
+    }
+}
+
+impl RawConfig {
+    /// Every secret reference of the config (disabled sources' too), each
+    /// `env:NAME`, `file:PATH`, `cred:NAME` or a literal.
+    pub(super) fn secrets_mut(&mut self) -> Vec<&mut String> {
+        let mut found: Vec<&mut String> = Vec::new();
+        found.extend(self.admin.token.as_mut());
+        for alert in &mut self.alerts {
+            found.push(&mut alert.url);
+            found.extend(alert.signing_secret.as_mut());
+        }
+        for source in &mut self.sources {
+            found.extend(source.secrets.iter_mut());
+            found.extend(source.verify_token.as_mut());
+            for deliver in source.deliver.iter_mut() {
+                found.extend(deliver.signing_secret.as_mut());
+                found.extend(deliver.pull.as_mut().map(|p| &mut p.token));
+            }
+            if let Some(github) = &mut source.github_redelivery {
+                found.extend(github.token.as_mut());
+                found.extend(github.private_key.as_mut());
+            }
+            if let Some(gitlab) = &mut source.gitlab_redelivery {
+                found.extend(gitlab.token.as_mut());
+            }
+            if let Some(stripe) = &mut source.stripe_backfill {
+                found.push(&mut stripe.api_key);
+            }
+        }
+        found
+    }
+
+    /// [`Config::secret_env`], for the file as written.
+    pub(super) fn secret_env(&self) -> Vec<String> {
+        let mut raw = self.clone();
+        let mut names: Vec<String> = raw
+            .secrets_mut()
+            .into_iter()
             .filter_map(|r| r.strip_prefix("env:"))
             .chain(EMBEDDED_SOURCES.iter().map(|(_, var)| *var))
             .map(str::to_owned)
@@ -46,31 +75,17 @@ impl Config {
         names
     }
 
-    /// The effective config as TOML, every literal secret replaced by
-    /// `[redacted]` (references like `env:NAME` are shown: they are not secret).
-    pub fn redacted_toml(&self) -> String {
-        let mut raw = self.raw.clone();
-        admin::redact(&mut raw.admin);
-        raw.alerts.iter_mut().for_each(alerts::redact);
-        for src in &mut raw.sources {
-            for s in &mut src.secrets {
-                *s = secret::describe(s);
-            }
-            for d in src.deliver.iter_mut() {
-                deliver::redact(d);
-            }
-            if let Some(g) = &mut src.github_redelivery {
-                catchup::redact_github(g);
-            }
-            if let Some(g) = &mut src.gitlab_redelivery {
-                catchup::redact_gitlab(g);
-            }
-            if let Some(s) = &mut src.stripe_backfill {
-                catchup::redact_stripe(s);
-            }
-            if let Some(token) = &mut src.verify_token {
-                *token = secret::describe(token);
-            }
+    /// [`Config::redacted_toml`], for the file as written.
+    pub(super) fn redacted_toml(&self) -> String {
+        let mut raw = self.clone();
+        for reference in raw.secrets_mut() {
+            *reference = secret::describe(reference);
+        }
+        for source in &mut raw.sources {
+            source
+                .deliver
+                .iter_mut()
+                .for_each(super::deliver::redact_url_password);
         }
         toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
     }

@@ -958,3 +958,5 @@ fn a_timestamp_header_needs_the_timestamp_in_the_signed_payload() {
         load_str(&source(fine)).unwrap_or_else(|e| panic!("{fine}: {e}"));
     }
 }
+
+mod secret_fields;

@@ -8,6 +8,7 @@ mod charts;
 mod cli;
 mod clock_jumps;
 mod command_args;
+mod command_env;
 mod config_reference;
 mod crash;
 mod dashboard;

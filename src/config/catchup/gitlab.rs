@@ -216,10 +216,3 @@ fn namespace(ns: &Namespace, at: &str, problems: &mut Vec<String>) -> Option<Str
     }
     Some(path.replace('/', "%2F"))
 }
-
-/// What `hookbox check` prints: the token described, a literal hidden.
-pub fn redact(raw: &mut RawGitlabRedelivery) {
-    if let Some(token) = &mut raw.token {
-        *token = secret::describe(token);
-    }
-}
