@@ -45,6 +45,9 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
                 if deliver.signing_secret.is_some() {
                     deliver.signing_secret = Some(PLACEHOLDER_SECRET.to_owned());
                 }
+                if let Some(pull) = &mut deliver.pull {
+                    pull.token = PLACEHOLDER_SECRET.to_owned();
+                }
             }
             source.github_redelivery = None;
             source.gitlab_redelivery = None;

@@ -108,7 +108,9 @@ fn commands_that_only_read_the_database_need_no_secrets() {
             "[server]\ndatabase = {:?}\n[admin]\ntoken = \"cred:admin-token\"\n\
              [[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"cred:github\"]\n\
              [sources.deliver]\nurl = \"https://example.test/hook\"\nsigning_secret = \"cred:signing\"\n\
-             [sources.github_redelivery]\ntoken = \"cred:github-token\"\nhook_id = 1\nrepo = \"o/r\"\n",
+             [sources.github_redelivery]\ntoken = \"cred:github-token\"\nhook_id = 1\nrepo = \"o/r\"\n\
+             [[sources]]\nname = \"queue\"\nkind = \"github\"\nsecrets = [\"cred:github\"]\n\
+             [sources.deliver]\npull = {{ token = \"cred:pull-token\" }}\n",
             dir.path().join("hookbox.db").display().to_string()
         ),
     )
