@@ -242,12 +242,7 @@ pub async fn receive(
         Answer::Handshake(Handshake::Json(answer)) => {
             (StatusCode::OK, Json(answer)).into_response()
         }
-        Answer::Handshake(Handshake::Text(answer)) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            answer,
-        )
-            .into_response(),
+        Answer::Handshake(Handshake::Text(answer)) => echo(answer),
         Answer::Handshake(Handshake::NoContent) => StatusCode::NO_CONTENT.into_response(),
     })
 }
@@ -299,12 +294,7 @@ pub async fn handshake(
     match meta.subscribe(parts.uri.query().unwrap_or("")) {
         Ok(challenge) => {
             metrics.challenge(started.elapsed());
-            Ok((
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                challenge,
-            )
-                .into_response())
+            Ok(echo(challenge))
         }
         Err(refused) => {
             if refused == meta::Refused::WrongToken {
@@ -322,6 +312,21 @@ pub async fn handshake(
             Ok((status, Json(json!({ "error": refused.reason() }))).into_response())
         }
     }
+}
+
+/// A challenge echoed back as text. Meta's is whatever the sender of the
+/// `GET` chose, so no browser may sniff it into HTML and run it as this
+/// origin's page.
+fn echo(text: String) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        text,
+    )
+        .into_response()
 }
 
 /// Reads, verifies, identifies and stores one request from `client`.

@@ -175,6 +175,30 @@ async fn a_get_to_a_source_that_is_not_meta_is_405_and_an_unknown_one_404() {
 }
 
 #[tokio::test]
+async fn the_echoed_meta_challenge_is_plain_text_no_browser_may_sniff_as_html() {
+    let app = TestApp::spawn(
+        "[[sources]]\nname = \"meta\"\nkind = \"meta\"\nsecrets = [\"app-secret\"]\n\
+         verify_token = \"the-verify-token\"\n",
+    )
+    .await;
+    // Whoever sends the GET chooses the challenge.
+    let r = app
+        .client
+        .get(app.url(
+            "/hooks/meta?hub.mode=subscribe&hub.verify_token=the-verify-token\
+             &hub.challenge=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(r.text().await.unwrap(), "<script>alert(1)</script>");
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn check_names_a_public_key_that_does_not_decode_and_a_meta_source_without_verify_token() {
     let text = r#"
 [[sources]]
