@@ -3,6 +3,11 @@
 //!
 //! Header values must be ASCII here; ntfy reads RFC 2047 for the rest, so
 //! a title that is not ASCII is sent that way.
+//!
+//! The text quotes what others wrote (a command's stderr), so it goes as
+//! `text/plain` and with none of the headers that make ntfy read it as
+//! something else (`Markdown`, `Template`, `Click`, `Actions`, `Attach`):
+//! ntfy shows it as written.
 
 use base64::Engine as _;
 use reqwest::RequestBuilder;

@@ -168,6 +168,92 @@ async fn each_format_gets_a_dead_delivery_in_the_shape_its_receiver_accepts() {
     app.shutdown().await;
 }
 
+/// What a handler wrote on stderr, quoting a payload: a Slack mention and
+/// disguised link, a Discord masked link and mentions.
+const HOSTILE: &str = "<!channel> & <https://evil.example/|click here> [click here](https://evil.example/) @everyone <@123>";
+
+#[tokio::test]
+async fn quoted_text_is_escaped_for_each_format_so_it_can_neither_ping_nor_disguise_a_link() {
+    let slack = Downstream::start(receiver_ok()).await;
+    let discord = Downstream::start(receiver_ok()).await;
+    let ntfy = Downstream::start(receiver_ok()).await;
+    let alerts = [
+        alert(&slack.url(), "slack", ""),
+        alert(&discord.url(), "discord", ""),
+        alert(&ntfy.url(), "ntfy", ""),
+    ]
+    .concat();
+    // One attempt, which fails with HOSTILE on stderr: the event is dead.
+    let command = format!(
+        "command = [\"/bin/sh\", \"-c\", \"printf '%s\\\\n' \\\"$0\\\" >&2; exit 1\", {HOSTILE:?}]"
+    );
+    let sources = deliver_source("github", &command, "5s", 1);
+    let app = TestApp::spawn(&format!("{sources}{alerts}")).await;
+    let r = post_event(&app, "d-hostile").await;
+    assert_eq!(r.status(), 202);
+    let id = json(r).await["id"].as_i64().unwrap();
+    let replay = "hookbox replay --dead --source github --destination default";
+
+    let hit = &slack.wait_for_hits(1).await[0];
+    assert_eq!(
+        json_body(hit),
+        serde_json::json!({
+            "text": format!(
+                "*hookbox: A delivery went dead: github/default*\n\
+                 Event {id} of source github will not be retried at destination default.\n\
+                 Last error: exit status 1: &lt;!channel&gt; &amp; &lt;https://evil.example/|click here&gt; \
+                 [click here](https://evil.example/) @everyone &lt;@123&gt;\n\
+                 Fix the destination, then: {replay}"
+            )
+        })
+    );
+
+    let hit = &discord.wait_for_hits(1).await[0];
+    assert_eq!(
+        json_body(hit),
+        serde_json::json!({
+            "content": format!(
+                "**hookbox: A delivery went dead: github/default**\n\
+                 Event {id} of source github will not be retried at destination default.\n\
+                 Last error: exit status 1: \\<!channel\\> & \\<https://evil.example/\\|click here\\> \
+                 \\[click here\\]\\(https://evil.example/\\) \\@everyone \\<\\@123\\>\n\
+                 Fix the destination, then: hookbox replay \\-\\-dead \\-\\-source github \\-\\-destination default"
+            ),
+            "allowed_mentions": { "parse": [] },
+        })
+    );
+
+    // ntfy shows plain text as written: nothing to escape, and nothing
+    // asks it to read the text as markdown, a template or an action.
+    let hit = &ntfy.wait_for_hits(1).await[0];
+    assert_eq!(hit.header("content-type"), "text/plain; charset=utf-8");
+    let mut names: Vec<&str> = hit.headers.keys().map(|k| k.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "accept",
+            "content-length",
+            "content-type",
+            "host",
+            "priority",
+            "tags",
+            "title",
+            "user-agent"
+        ],
+        "only these headers: none of ntfy's markdown, template, click, actions or attach"
+    );
+    assert_eq!(
+        std::str::from_utf8(&hit.body).unwrap(),
+        format!(
+            "Event {id} of source github will not be retried at destination default.\n\
+             Last error: exit status 1: {HOSTILE}\n\
+             Fix the destination, then: {replay}"
+        )
+    );
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn repeats_within_min_interval_fold_into_one_message_with_their_count() {
     let dead_end = Downstream::start(|_, _| Reply::status(400)).await;
