@@ -209,6 +209,7 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         .read(crate::store::pauses::load)
         .await
         .context("reading the destinations' pauses")?;
+    warn_orphans(&config, &store).await;
     let board = Arc::new(Board::restored(&pauses).with_alerts(alerts.clone()));
     let dispatcher = Dispatcher::new(
         &config,
@@ -345,6 +346,27 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         }
     }
     failed.map_or(Ok(()), Err)
+}
+
+/// One line per destination gone from the config whose deliveries wait:
+/// they are kept and never dispatched, which an operator who edited the
+/// config and restarted would otherwise learn only from `hookbox check`.
+async fn warn_orphans(config: &Config, store: &Store) {
+    let pending = match store.read(store::queries::pending_per_lane).await {
+        Ok(pending) => pending,
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "cannot count the deliveries waiting per destination");
+            return;
+        }
+    };
+    for (source, destination, count) in store::orphans::waiting(config, &pending) {
+        tracing::warn!(
+            source = %source,
+            destination = %destination,
+            pending = count,
+            "deliveries wait at a destination that is not in the config; they are kept and not dispatched"
+        );
+    }
 }
 
 /// Spawns `task`; if it ends other than by returning (a panic), `shutdown`

@@ -1,7 +1,8 @@
-//! What `hookbox check` says about destinations that left the config but
-//! not the database: their deliveries are kept (an operator may put the
-//! destination back, or replay elsewhere) and never dispatched, which is
-//! worth a warning but not a refusal.
+//! Destinations that left the config but not the database: their
+//! deliveries are kept (an operator may put the destination back, or
+//! replay elsewhere) and never dispatched, which is worth a warning but not
+//! a refusal: from `hookbox check` ([`warnings`]) and from `serve` at
+//! start-up, for those whose deliveries wait ([`waiting`]).
 //!
 //! It compares the database with the config, so it lives on the store's
 //! side: config depends on no other module.
@@ -14,34 +15,44 @@ use crate::config::Config;
 pub fn warnings(config: &Config, lanes: &[LaneCount]) -> Vec<String> {
     lanes
         .iter()
-        .filter_map(|lane| {
+        .filter(|lane| !configured(config, &lane.source, &lane.destination))
+        .map(|lane| {
             let total = lane.pending + lane.delivered + lane.dead;
             let held = match total {
                 1 => format!("1 delivery ({} pending); it is kept", lane.pending),
                 n => format!("{n} deliveries ({} pending); they are kept", lane.pending),
             };
             let (source, destination) = (&lane.source, &lane.destination);
-            let at = config.sources.iter().position(|s| s.name == *source);
-            match at {
-                Some(i)
-                    if config.sources[i]
-                        .destinations
-                        .iter()
-                        .any(|d| d.name == *destination) =>
-                {
-                    None
-                }
-                Some(i) => Some(format!(
+            match config.sources.iter().position(|s| s.name == *source) {
+                Some(i) => format!(
                     "sources[{i}] ({source:?}): destination {destination:?} is not in the config \
                      but holds {held} and not dispatched"
-                )),
-                None => Some(format!(
+                ),
+                None => format!(
                     "source {source:?} is not in the config but its destination {destination:?} \
                      holds {held} and not dispatched"
-                )),
+                ),
             }
         })
         .collect()
+}
+
+/// The lanes of `pending` (`(source, destination, count)`, as
+/// `queries::pending_per_lane` reads them) that `config` no longer has.
+pub fn waiting<'a>(
+    config: &Config,
+    pending: &'a [(String, String, i64)],
+) -> Vec<&'a (String, String, i64)> {
+    pending
+        .iter()
+        .filter(|(source, destination, _)| !configured(config, source, destination))
+        .collect()
+}
+
+fn configured(config: &Config, source: &str, destination: &str) -> bool {
+    config
+        .source(source)
+        .is_some_and(|s| s.destinations.iter().any(|d| d.name == destination))
 }
 
 #[cfg(test)]
@@ -58,9 +69,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn destinations_gone_from_the_config_are_named_with_their_counts() {
-        let config = crate::config::from_toml(
+    fn config() -> Config {
+        crate::config::from_toml(
             r#"
 [[sources]]
 name = "stripe"
@@ -76,9 +86,13 @@ command = ["/bin/true"]
 "#,
             "test".into(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn destinations_gone_from_the_config_are_named_with_their_counts() {
         let warnings = warnings(
-            &config,
+            &config(),
             &[
                 lane("github", "ci", 5, 5),
                 lane("github", "old", 3, 9),
@@ -94,5 +108,15 @@ command = ["/bin/true"]
                 r#"source "gone" is not in the config but its destination "default" holds 2 deliveries (0 pending); they are kept and not dispatched"#,
             ]
         );
+    }
+
+    #[test]
+    fn only_lanes_gone_from_the_config_are_waiting() {
+        let pending = [
+            ("github".to_owned(), "ci".to_owned(), 5),
+            ("github".to_owned(), "old".to_owned(), 3),
+            ("gone".to_owned(), "default".to_owned(), 2),
+        ];
+        assert_eq!(waiting(&config(), &pending), [&pending[1], &pending[2]]);
     }
 }

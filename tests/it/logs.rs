@@ -161,3 +161,77 @@ async fn wrong_handshake_tokens_are_one_log_line_too() {
     assert_eq!(refused.len(), 1, "{log}");
     assert!(refused[0].contains("held_back=0"), "{}", refused[0]);
 }
+
+/// A GitHub source `name` whose destinations (`[[sources.deliver]]`) are
+/// pull destinations named `destinations`: what arrives waits there.
+fn pull_source(name: &str, destinations: &[&str]) -> String {
+    let mut toml = format!(
+        "\n[[sources]]\nname = \"{name}\"\nkind = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n"
+    );
+    for d in destinations {
+        toml += &format!(
+            "[[sources.deliver]]\nname = \"{d}\"\npull = {{ token = \"a-pull-token-0123456789\" }}\n"
+        );
+    }
+    toml
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_names_each_destination_gone_from_the_config_whose_deliveries_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = [
+        pull_source("github", &["kept", "gone"]),
+        pull_source("old", &["default"]),
+    ]
+    .concat();
+    let mut server = serve(dir.path(), &before, "", "hookbox=info", 0).await;
+    for n in 0..3 {
+        post_event(
+            server.addr,
+            "github",
+            &format!("gh-{n}"),
+            "application/json",
+            b"{}",
+        )
+        .await;
+    }
+    for n in 0..2 {
+        post_event(
+            server.addr,
+            "old",
+            &format!("old-{n}"),
+            "application/json",
+            b"{}",
+        )
+        .await;
+    }
+    assert!(server.terminate(PATIENCE).await.success());
+    assert!(!server.output().contains("not in the config"));
+
+    let server = serve(
+        dir.path(),
+        &pull_source("github", &["kept"]),
+        "",
+        "hookbox=info",
+        1,
+    )
+    .await;
+    let log = server.output();
+    let orphans: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("deliveries wait at a destination that is not in the config"))
+        .collect();
+    assert_eq!(orphans.len(), 2, "{log}");
+    for (source, destination, pending) in [("github", "gone", 3), ("old", "default", 2)] {
+        let fields = [
+            format!("source={source}"),
+            format!("destination={destination}"),
+            format!("pending={pending}"),
+        ];
+        let line = orphans
+            .iter()
+            .find(|l| fields.iter().all(|f| l.contains(f.as_str())))
+            .unwrap_or_else(|| panic!("no line with {fields:?} in {orphans:#?}"));
+        assert!(line.contains(" WARN "), "{line}");
+    }
+}

@@ -28,7 +28,8 @@ mod stats;
 
 pub use stats::{
     CatchupRun, DestinationStats, Known, LaneCount, MetricsSnapshot, SourceStats, catchup_runs,
-    lane_counts, last_catchup_runs, metrics_snapshot, oldest_pending, source_stats,
+    lane_counts, last_catchup_runs, metrics_snapshot, oldest_pending, pending_per_lane,
+    source_stats,
 };
 
 /// Which events to list, newest first.

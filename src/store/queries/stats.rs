@@ -122,6 +122,16 @@ fn pending_by_lane(conn: &Connection) -> anyhow::Result<Vec<(String, String, i64
         .context("counting pending deliveries")
 }
 
+/// `(source, destination, pending deliveries)` of each lane that has any;
+/// through `deliveries_due` as [`pending`] is, so cheap at start-up
+/// whatever the size of the table.
+pub fn pending_per_lane(conn: &Connection) -> anyhow::Result<Vec<(String, String, i64)>> {
+    Ok(pending_by_lane(conn)?
+        .into_iter()
+        .map(|(source, destination, count, _)| (source, destination, count))
+        .collect())
+}
+
 /// The lane and arrival time (unix ms) of the event of the oldest pending
 /// delivery, for the `backlog` alert; through `deliveries_due` as
 /// [`pending`] is.
