@@ -134,6 +134,14 @@ impl Deliverer {
         }
     }
 
+    /// Whether an attempt still running when the shutdown grace ends is
+    /// cut short and recorded (a command: its process group is killed, and
+    /// what it did so far may have had effects) rather than abandoned with
+    /// its lease given back (a url request).
+    pub fn interruptible(&self) -> bool {
+        matches!(self, Deliverer::Command(_))
+    }
+
     pub async fn deliver(&self, job: &Job) -> Attempt {
         match self {
             Deliverer::Url(d) => d.deliver(job).await,

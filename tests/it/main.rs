@@ -9,6 +9,7 @@ mod cli;
 mod clock_jumps;
 mod command_args;
 mod command_env;
+mod command_shutdown;
 mod config_reference;
 mod crash;
 mod dashboard;

@@ -1,13 +1,24 @@
 //! One attempt: read the body, deliver, settle the outcome (delivered, a
 //! retry after backoff, or dead), count it, log it, and record it through
 //! the writer.
+//!
+//! A command still running when the shutdown grace ends (the dispatcher's
+//! `stop`) is interrupted: its future is dropped, which SIGKILLs the
+//! command's process group (`crate::dispatch::command`), and the attempt is
+//! recorded as [`INTERRUPTED`], as a lease a crash left is at the next
+//! start: it counts toward `max_attempts`, as the command may have had
+//! effects, and the delivery is due again at once unless that was its last
+//! attempt: the destination did not fail, hookbox stopped. A url attempt
+//! is not interrupted here: the drain abandons it and gives its lease back.
+
+use tokio_util::sync::CancellationToken;
 
 use super::{BODY_READ_PAUSE, Dispatcher, Done};
 use crate::clock;
 use crate::dispatch::breaker::Verdict;
 use crate::dispatch::{Attempt, Deliverer, Job, Outcome, backoff};
 use crate::metrics::AttemptOutcome;
-use crate::store::deliveries::{self, AttemptRecord, Claimed, Settled};
+use crate::store::deliveries::{self, AttemptRecord, Claimed, INTERRUPTED, Settled};
 use crate::store::{Store, WriterHandle};
 
 impl Dispatcher {
@@ -29,22 +40,35 @@ impl Dispatcher {
         let writer = self.writer.clone();
         let store = self.store.clone();
         let alerts = self.alerts.clone();
+        let stop = self.stop.clone();
         async move {
             let lease = claimed.lease();
             let started_at = clock::now_ms();
-            let (job, attempt) =
-                run(claimed, source, destination, &store, &writer, &deliverer).await?;
+            let (job, attempt, interrupted) = run(
+                claimed,
+                source,
+                destination,
+                &store,
+                &writer,
+                &deliverer,
+                &stop,
+            )
+            .await?;
             let now = clock::now_ms();
+            let rule = backoff::Rule::of(&config);
             let settled = match attempt.outcome {
                 Outcome::Delivered => Settled::Delivered,
                 Outcome::Dead => Settled::Dead,
                 Outcome::Retry { .. } if probe => Settled::Retry(now),
-                Outcome::Retry { retry_after } => backoff::after_failure(
-                    job.attempt,
-                    retry_after,
-                    &backoff::Rule::of(&config),
-                    now,
-                ),
+                Outcome::Retry { .. } if interrupted => {
+                    match backoff::after_failure(job.attempt, None, &rule, now) {
+                        Settled::Retry(_) => Settled::Retry(now),
+                        dead => dead,
+                    }
+                }
+                Outcome::Retry { retry_after } => {
+                    backoff::after_failure(job.attempt, retry_after, &rule, now)
+                }
             };
             log_attempt(&job, &attempt, settled);
             let outcome = match settled {
@@ -82,13 +106,16 @@ impl Dispatcher {
                     "cannot record the attempt; it will be made again when its lease runs out")
                 }
             }
-            Some(verdict(attempt.outcome, attempt.status))
+            // Stopping: no breaker to tell, and hookbox failed, not the
+            // destination.
+            (!interrupted).then(|| verdict(attempt.outcome, attempt.status))
         }
     }
 }
 
 /// Reads the event's body and makes the attempt; `None` when there was
-/// none to make (nothing to record).
+/// none to make (nothing to record). `true` with an attempt `stop` cut
+/// short.
 async fn run(
     claimed: Claimed,
     source: String,
@@ -96,16 +123,17 @@ async fn run(
     store: &Store,
     writer: &WriterHandle,
     deliverer: &Deliverer,
-) -> Option<(Job, Attempt)> {
+    stop: &CancellationToken,
+) -> Option<(Job, Attempt, bool)> {
     let id = claimed.event_id;
     let body = store.read(move |conn| deliveries::body(conn, id)).await;
     match body {
         Ok(Some(body)) => {
             let mut job = job(claimed, source, destination, body);
-            let attempt = deliverer.deliver(&job).await;
+            let (attempt, interrupted) = deliver(deliverer, &job, stop).await;
             // Not kept while the outcome waits for room in the writer's queue.
             job.body = bytes::Bytes::new();
-            Some((job, attempt))
+            Some((job, attempt, interrupted))
         }
         Ok(None) => {
             tracing::warn!(event.id = id, "the event was deleted before its attempt");
@@ -127,6 +155,29 @@ async fn run(
             }
             None
         }
+    }
+}
+
+/// Runs the attempt; a command's until `stop` at the latest (`true`), when
+/// dropping it kills the command's process group. `biased`: once stopping,
+/// a command not started yet is not started.
+async fn deliver(deliverer: &Deliverer, job: &Job, stop: &CancellationToken) -> (Attempt, bool) {
+    if !deliverer.interruptible() {
+        return (deliverer.deliver(job).await, false);
+    }
+    let started = std::time::Instant::now();
+    tokio::select! {
+        biased;
+        () = stop.cancelled() => {
+            let attempt = Attempt {
+                outcome: Outcome::Retry { retry_after: None },
+                status: None,
+                duration: started.elapsed(),
+                error: Some(INTERRUPTED.to_owned()),
+            };
+            (attempt, true)
+        }
+        attempt = deliverer.deliver(job) => (attempt, false),
     }
 }
 

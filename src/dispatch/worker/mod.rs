@@ -28,9 +28,12 @@
 //! running claimable again, and held leases are alive again soon after
 //! the step.
 //!
-//! On shutdown running attempts get [`SHUTDOWN_GRACE`] to finish; the
-//! rest are abandoned (a command's process group is killed) and their
-//! leases released, so the next start picks them up at once.
+//! On shutdown running attempts get [`SHUTDOWN_GRACE`] to finish. Then a
+//! command still running is killed with its whole process group (outside
+//! systemd's cgroup nothing else would, and a restart would run the same
+//! delivery beside it) and its attempt recorded as interrupted, due again
+//! at once ([`attempt`]); url attempts are abandoned and their leases
+//! released, so the next start picks them up at once.
 
 mod attempt;
 mod lane;
@@ -67,6 +70,10 @@ pub const IDLE_RECHECK: Duration = Duration::from_secs(5);
 /// How long running attempts may finish after shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// After the grace, how long interrupted commands' attempts may take to be
+/// recorded (a kill and a write: milliseconds, unless the writer is stuck).
+const RECORD_GRACE: Duration = Duration::from_secs(5);
+
 /// A lease outlives the attempt's own timeout by this much.
 const LEASE_MARGIN: Duration = Duration::from_secs(60);
 
@@ -102,6 +109,9 @@ pub struct Dispatcher {
     lease: Duration,
     /// Told of deliveries going dead and of breakers pausing.
     alerts: Alerter,
+    /// Cancelled when the shutdown grace is over: commands still running
+    /// are interrupted.
+    stop: CancellationToken,
 }
 
 /// The running attempts: which lane each belongs to, its claim, and
@@ -176,6 +186,7 @@ impl Dispatcher {
             persisted: Some(persisted),
             lease: wait.saturating_add(LEASE_MARGIN),
             alerts: Alerter::default(),
+            stop: CancellationToken::new(),
         }))
     }
 
@@ -413,8 +424,10 @@ impl Dispatcher {
         }
     }
 
-    /// Lets running attempts finish within the grace period, then abandons
-    /// the rest and releases their leases, with those of queued events.
+    /// Lets running attempts finish within the grace period, then
+    /// interrupts the commands still running and waits for their attempts
+    /// to be recorded, abandons the rest and releases their leases, with
+    /// those of queued events.
     async fn drain(mut self, mut tasks: JoinSet<Done>, mut running: Running) {
         let queued: Vec<Lease> = self
             .lanes
@@ -430,6 +443,19 @@ impl Dispatcher {
         {
             if let Ok((id, _)) = done {
                 running.remove(&id);
+            }
+        }
+        self.stop.cancel();
+        let deadline = tokio::time::Instant::now() + RECORD_GRACE;
+        while running
+            .values()
+            .any(|(lane, _, _)| self.lanes[*lane].deliverer.interruptible())
+        {
+            match tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await {
+                Ok(Some(Ok((id, _)))) => _ = running.remove(&id),
+                // Panicked: its lease is released below.
+                Ok(Some(Err(_))) => {}
+                Ok(None) | Err(_) => break,
             }
         }
         tasks.shutdown().await;
