@@ -64,7 +64,7 @@ impl App {
             &config.server.database,
             config.server.durability,
             config.server.writer_queue,
-            config.search.enabled,
+            &config.search,
         )?;
         let admin_token = admin::token::resolve(&config.admin, &config.server.database)?;
         let metrics = Arc::new(Metrics::new(store.writer_metrics()));

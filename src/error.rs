@@ -52,6 +52,12 @@ pub enum ApiError {
     TooManyLongPolls,
     /// 503: nothing was stored; try again.
     Unavailable,
+    /// 503 on the admin listener: the request was given up on (a search
+    /// past its deadline); `detail` says why and what to change.
+    GaveUp {
+        reason: &'static str,
+        detail: String,
+    },
     /// 401 on the admin listener: no bearer token, or the wrong one.
     Unauthorized,
     /// 400: bad admin input; `detail` names the parameter and what is wrong.
@@ -84,7 +90,7 @@ impl ApiError {
             ApiError::TooManyFailures { .. } | ApiError::TooManyLongPolls => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::GaveUp { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -106,7 +112,9 @@ impl ApiError {
             ApiError::TooManyLongPolls => "too_many_long_polls",
             ApiError::Unavailable => "unavailable",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::BadRequest { reason, .. } | ApiError::Conflict { reason, .. } => reason,
+            ApiError::BadRequest { reason, .. }
+            | ApiError::Conflict { reason, .. }
+            | ApiError::GaveUp { reason, .. } => reason,
             ApiError::NotFound(reason) | ApiError::UnknownClient(reason) => reason,
             ApiError::Internal(_) => "internal",
         }
@@ -138,7 +146,9 @@ impl From<anyhow::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = match &self {
-            ApiError::BadRequest { detail, .. } | ApiError::Conflict { detail, .. } => {
+            ApiError::BadRequest { detail, .. }
+            | ApiError::Conflict { detail, .. }
+            | ApiError::GaveUp { detail, .. } => {
                 json!({ "error": self.reason(), "detail": detail })
             }
             _ => json!({ "error": self.reason() }),
@@ -153,7 +163,7 @@ impl IntoResponse for ApiError {
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Unavailable | ApiError::TooManyLongPolls => {
+            ApiError::Unavailable | ApiError::GaveUp { .. } | ApiError::TooManyLongPolls => {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));

@@ -87,8 +87,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_writer_whose_queue_a_retry_storm_keeps_full_is_still_fed() {
         let dir = tempfile::tempdir().unwrap();
-        let (_store, writer, thread) =
-            crate::store::open(&dir.path().join("hookbox.db"), Durability::Full, 4, true).unwrap();
+        let (_store, writer, thread) = crate::store::open(
+            &dir.path().join("hookbox.db"),
+            Durability::Full,
+            4,
+            &crate::config::SearchConfig::default(),
+        )
+        .unwrap();
         let stop = CancellationToken::new();
         // Many more writers than the queue has room for, each sending again
         // as soon as it is answered (as dispatch lanes recording outcomes

@@ -106,11 +106,7 @@ pub async fn list(
 ) -> Result<Json<queries::EventPage>, ApiError> {
     let Query(params) = params.map_err(|e| invalid(e.body_text()))?;
     let filter = params.filter(st.config.search.enabled)?;
-    let page = st
-        .store
-        .read(move |c| queries::list_events(c, &filter))
-        .await?;
-    Ok(Json(page))
+    Ok(Json(super::list_events(&st.store, filter).await?))
 }
 
 /// An event as `GET /api/events/{id}` shows it.

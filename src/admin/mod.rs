@@ -39,7 +39,8 @@ use crate::config::{Config, Secret};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::models;
-use crate::store::search::SearchQuery;
+use crate::store::queries::{self, EventFilter, EventPage};
+use crate::store::search::{SearchError, SearchQuery};
 use crate::store::{Store, WriterHandle};
 
 /// Largest page `GET /api/events` and `GET /api/catch-up` return.
@@ -76,6 +77,30 @@ pub(crate) fn search_query(enabled: bool, q: &str) -> Result<SearchQuery, ApiErr
         ));
     }
     SearchQuery::parse(q).map_err(|e| ApiError::bad_request("invalid_filter", e.to_string()))
+}
+
+/// One page of events for the listings: a search on the search pool,
+/// within its deadline, anything else on the read pool.
+pub(crate) async fn list_events(store: &Store, filter: EventFilter) -> Result<EventPage, ApiError> {
+    if filter.q.is_none() {
+        return Ok(store
+            .read(move |c| queries::list_events(c, &filter))
+            .await?);
+    }
+    store
+        .search(move |c| queries::list_events(c, &filter))
+        .await
+        .map_err(|e| match e {
+            SearchError::TimedOut(_) => ApiError::GaveUp {
+                reason: "search_timeout",
+                detail: e.to_string(),
+            },
+            SearchError::Busy(_) => ApiError::GaveUp {
+                reason: "search_busy",
+                detail: e.to_string(),
+            },
+            SearchError::Failed(e) => ApiError::Internal(e),
+        })
 }
 
 /// `state=` as the listings take it, parsed once here so that nothing

@@ -15,7 +15,7 @@ use super::EventsArgs;
 use crate::config::Config;
 use crate::store::models::State;
 use crate::store::queries::{self, EventFilter, EventSummary};
-use crate::store::search::SearchQuery;
+use crate::store::search::{self, SearchError, SearchQuery};
 
 /// Exit 2 for flags that cannot go together, 1 when the database cannot
 /// be read.
@@ -65,7 +65,16 @@ fn search_query(config: &Config, q: &str) -> Result<SearchQuery, String> {
 
 fn events(config: &Config, filter: &EventFilter, json: bool) -> anyhow::Result<()> {
     let conn = crate::store::open_read_only(&config.server.database)?;
-    let rows = list(&conn, filter)?;
+    // A search is stopped at the server's deadline here too: a read held
+    // open keeps the server's checkpoints from emptying the WAL.
+    let rows = match filter.q {
+        None => list(&conn, filter)?,
+        Some(_) => search::with_deadline(&conn, config.search.timeout, |c| list(c, filter))
+            .map_err(|e| match e {
+                SearchError::Failed(e) => e,
+                other => anyhow::anyhow!("{other}"),
+            })?,
+    };
     if json {
         print!("{}", render_json_lines(&rows)?);
     } else {

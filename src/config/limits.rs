@@ -192,6 +192,9 @@ pub const ALERT_BACKLOG_AGE: DurationLimit = duration(
     SECOND,
     Duration::from_secs(30 * 24 * 3600),
 );
+/// A search is a person waiting at a page; a minute of one is already
+/// more than any index of a self-hosted inbox needs.
+pub const SEARCH_TIMEOUT: DurationLimit = duration("search.timeout", MS, MINUTE);
 
 /// Every duration key.
 pub const DURATIONS: &[DurationLimit] = &[
@@ -200,6 +203,7 @@ pub const DURATIONS: &[DurationLimit] = &[
     TLS_WATCH_INTERVAL,
     RETENTION_INTERVAL,
     BACKUP_INTERVAL,
+    SEARCH_TIMEOUT,
     EDGE_REFRESH,
     EDGE_FAILURE_WINDOW,
     EDGE_BLOCK_FOR,

@@ -1,7 +1,8 @@
 //! `[retention]` and `[backup]`: how long rows are kept, and where the
-//! server writes its own snapshots; `[search]`: whether bodies are indexed.
+//! server writes its own snapshots; `[search]`: whether bodies are indexed
+//! and how long a search may run.
 //!
-//! Both tables have a default for every key, so a config without them
+//! The tables have a default for every key, so a config without them
 //! keeps delivered bodies 7 days and keys 30 days, and writes no
 //! snapshots (`backup.dir` unset). [`validate`] reports each problem under
 //! its key; `crate::maintenance` runs the jobs these configure.
@@ -70,16 +71,29 @@ pub struct SearchConfig {
     /// self-hoster who does not want the words of bodies kept twice, or
     /// the writer's time spent on them.
     pub enabled: bool,
+    /// How long one search may run before it is stopped and answered
+    /// 503 `search_timeout`.
+    #[serde(with = "duration")]
+    pub timeout: Duration,
 }
 
 impl Default for SearchConfig {
     fn default() -> Self {
-        SearchConfig { enabled: true }
+        SearchConfig {
+            enabled: true,
+            timeout: Duration::from_secs(2),
+        }
     }
 }
 
-/// Checks both tables, pushing one line per problem.
-pub fn validate(retention: &RetentionConfig, backup: &BackupConfig, problems: &mut Vec<String>) {
+/// Checks the three tables, pushing one line per problem.
+pub fn validate(
+    retention: &RetentionConfig,
+    backup: &BackupConfig,
+    search: &SearchConfig,
+    problems: &mut Vec<String>,
+) {
+    limits::SEARCH_TIMEOUT.check("search", search.timeout, problems);
     limits::BODY_DAYS.check("retention", retention.body_days, problems);
     limits::KEY_DAYS.check("retention", retention.key_days, problems);
     if retention.key_days < retention.body_days {
@@ -107,7 +121,7 @@ mod tests {
 
     fn problems(retention: RetentionConfig, backup: BackupConfig) -> Vec<String> {
         let mut p = Vec::new();
-        validate(&retention, &backup, &mut p);
+        validate(&retention, &backup, &SearchConfig::default(), &mut p);
         p
     }
 

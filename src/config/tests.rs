@@ -725,6 +725,7 @@ fn full_table() -> toml::Table {
         [retention]
         [backup]
         dir = "/var/lib/hookbox/backups"
+        [search]
         [edge]
         [[sources]]
         name = "github"

@@ -12,7 +12,7 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
     let mut problems = Vec::new();
     let server = &raw.server;
     server::validate(server, &mut problems);
-    ops::validate(&raw.retention, &raw.backup, &mut problems);
+    ops::validate(&raw.retention, &raw.backup, &raw.search, &mut problems);
     let admin = admin::validate(&raw.admin, &mut problems);
     let edge = edge::validate(&raw.edge, server, &mut problems);
     let tls = tls::validate(server.tls.as_ref(), &server.database, &mut problems);

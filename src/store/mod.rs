@@ -2,7 +2,8 @@
 //!
 //! [`open`] prepares the file (WAL, schema), hands the only read-write
 //! connection to the writer thread ([`writer`]) and builds an r2d2 pool of
-//! read-only connections for everything that only looks ([`Store`]).
+//! read-only connections for everything that only looks ([`Store`]), and
+//! a smaller one for searches alone ([`Store::search`]).
 //! Nothing else in hookbox opens the database for writing, so our own
 //! writes never meet `SQLITE_BUSY` and inserts can be committed in groups.
 
@@ -43,7 +44,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
-use crate::config::Durability;
+use crate::config::{Durability, SearchConfig};
 use crate::metrics::WriterMetrics;
 pub use error::StoreError;
 pub use lock::DatabaseLock;
@@ -53,10 +54,24 @@ pub use writer::WriterHandle;
 /// How long a reader waits for a lock before giving up.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Searches that may run at once, each on a connection of its own pool:
+/// one search costs up to its deadline of CPU, and on a two-core machine
+/// two leave the rest of hookbox a share of it.
+const SEARCH_CONNECTIONS: u32 = 2;
+
+/// How long a search waits for one of those connections before it is
+/// answered "busy": a few searches' worth of deadlines.
+const SEARCH_WAIT: Duration = Duration::from_secs(10);
+
 /// Read access to the database.
 #[derive(Clone)]
 pub struct Store {
     pool: r2d2::Pool<SqliteConnectionManager>,
+    /// Searches only, so that delivery, pull and `/metrics` reads never
+    /// queue behind one (`search`'s module doc).
+    search_pool: r2d2::Pool<SqliteConnectionManager>,
+    /// How long one search may run.
+    search_timeout: Duration,
     path: PathBuf,
     /// What the writer thread observes per group, for `/metrics`.
     writer_metrics: WriterMetrics,
@@ -75,15 +90,15 @@ impl WriterThread {
 }
 
 /// Opens (creating if needed) the database at `path`.
-/// With `search` off, the search index is emptied and nothing is indexed.
+/// With search off, the search index is emptied and nothing is indexed.
 pub fn open(
     path: &Path,
     durability: Durability,
     queue: usize,
-    search: bool,
+    search: &SearchConfig,
 ) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
     let conn = open_writer_connection(path)?;
-    let indexer = search::Indexer::open(&conn, search)?;
+    let indexer = search::Indexer::open(&conn, search.enabled)?;
     let interrupted = deliveries::interrupt_all(&conn)?;
     if interrupted > 0 {
         tracing::info!(
@@ -117,27 +132,40 @@ pub fn open(
         keep_rejections: rejections::KEEP,
     };
     let (writer, join) = writer::spawn(conn, helpers, queue, path)?;
-    let manager = SqliteConnectionManager::file(path)
+    // Readers are few (admin API, metrics) and start lazily so an idle
+    // hookbox holds one.
+    let pool = r2d2::Pool::builder()
+        .max_size(4)
+        .min_idle(Some(1))
+        .build(reader(path))
+        .context("opening the read-only connection pool")?;
+    // None until someone searches.
+    let search_pool = r2d2::Pool::builder()
+        .max_size(SEARCH_CONNECTIONS)
+        .min_idle(Some(0))
+        .connection_timeout(SEARCH_WAIT)
+        .build(reader(path))
+        .context("opening the search connection pool")?;
+    let store = Store {
+        pool,
+        search_pool,
+        search_timeout: search.timeout,
+        path: path.to_path_buf(),
+        writer_metrics,
+    };
+    Ok((store, writer, WriterThread(join)))
+}
+
+/// Read-only connections to `path`, for a pool.
+fn reader(path: &Path) -> SqliteConnectionManager {
+    SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .with_init(|c| {
             plan_once(c)?;
             c.busy_timeout(BUSY_TIMEOUT)?;
             c.pragma_update(None, "foreign_keys", "ON")?;
             c.pragma_update(None, "query_only", "ON")
-        });
-    // Readers are few (admin API, metrics) and start lazily so an idle
-    // hookbox holds one.
-    let pool = r2d2::Pool::builder()
-        .max_size(4)
-        .min_idle(Some(1))
-        .build(manager)
-        .context("opening the read-only connection pool")?;
-    let store = Store {
-        pool,
-        path: path.to_path_buf(),
-        writer_metrics,
-    };
-    Ok((store, writer, WriterThread(join)))
+        })
 }
 
 /// The one connection that writes rows: WAL, schema.
@@ -266,5 +294,29 @@ impl Store {
         })
         .await
         .context("the read task failed")?
+    }
+
+    /// Runs the search `f` on a connection of the search pool, stopped
+    /// after the configured `[search] timeout` ([`search::with_deadline`]).
+    pub async fn search<T, F>(&self, f: F) -> Result<T, search::SearchError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> anyhow::Result<T> + Send + 'static,
+    {
+        let pool = self.search_pool.clone();
+        let limit = self.search_timeout;
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            // The pool's only failure is its wait running out (a
+            // connection that cannot open is retried until then).
+            let conn = pool.get().map_err(|e| {
+                tracing::debug!(error = %e, "no search connection came free");
+                search::SearchError::Busy(SEARCH_WAIT)
+            })?;
+            search::with_deadline(&conn, limit, f)
+        })
+        .await
+        .context("the search task failed")?
     }
 }

@@ -35,7 +35,19 @@
 //! terms must all match. A term is tokenized by FTS5 as the body was, so
 //! `invoice.paid` is the phrase "invoice paid": it finds the dotted name
 //! and not a body holding the two words apart.
+//!
+//! A query's cost is bounded twice. A prefix needs [`MIN_PREFIX_CHARS`]
+//! letters or digits: FTS5 answers `a*` by merging the lists of every word
+//! starting with `a` before the first match comes out, and 16 such
+//! prefixes on 100,000 events took 4 s. What is left is cut by
+//! [`with_deadline`]: a prefix shared by many distinct words (ids with a
+//! common start) costs as much, and so does a common word combined with
+//! a filter nothing matches. Queries run on connections of their own
+//! (`super::Store::search`), so whatever they cost is not waited for by
+//! the deliveries, pulls and scrapes that read through the other pool.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -68,6 +80,14 @@ const MERGE_PAGES: i64 = 16;
 pub const MAX_QUERY_CHARS: usize = 500;
 pub const MAX_TERMS: usize = 16;
 
+/// The fewest letters or digits a prefix search (`inv*`) may have before
+/// its `*`; of a dotted name (`invoice.pai*`), its last word's.
+pub const MIN_PREFIX_CHARS: usize = 3;
+
+/// How many SQLite virtual machine steps pass between two looks at the
+/// deadline: some tens of microseconds of work.
+const DEADLINE_STEPS: std::ffi::c_int = 1000;
+
 /// Where the high-water mark lives in `meta`.
 const MARK: &str = "search_indexed_through";
 
@@ -82,6 +102,29 @@ pub enum QueryError {
     TooLong,
     #[error("q: more than {MAX_TERMS} words")]
     TooManyTerms,
+    #[error(
+        "q: `{0}` is too short a prefix: a prefix search needs at least {MIN_PREFIX_CHARS} \
+         letters or digits before the `*` (`inv*`, `invoice.pai*`)"
+    )]
+    ShortPrefix(String),
+}
+
+/// Why a search that was a valid query found nothing to answer with.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error(
+        "q: the search ran longer than {} and was stopped; narrow it with more \
+         words, longer prefixes or other filters (source, since, until)",
+        humantime::format_duration(*.0)
+    )]
+    TimedOut(Duration),
+    #[error(
+        "q: every search connection stayed busy for {}; try again in a moment",
+        humantime::format_duration(*.0)
+    )]
+    Busy(Duration),
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
 }
 
 /// A query made safe for `MATCH`.
@@ -104,14 +147,14 @@ impl SearchQuery {
             if !word.chars().any(char::is_alphanumeric) {
                 continue;
             }
+            let prefix = word.len() < term.len();
+            if prefix && last_word_chars(word) < MIN_PREFIX_CHARS {
+                return Err(QueryError::ShortPrefix(term.to_owned()));
+            }
             // Inside an FTS5 string a quote is written twice; nothing
             // else in it is syntax.
             let quoted = format!("\"{}\"", word.replace('"', "\"\""));
-            terms.push(if word.len() < term.len() {
-                quoted + "*"
-            } else {
-                quoted
-            });
+            terms.push(if prefix { quoted + "*" } else { quoted });
         }
         if terms.is_empty() {
             return Err(QueryError::NoWord);
@@ -127,6 +170,50 @@ impl SearchQuery {
     /// The FTS5 expression, to bind to `events_fts MATCH ?`.
     pub fn expression(&self) -> &str {
         &self.expression
+    }
+}
+
+/// The length in characters of the last word of `text` as the tokenizer
+/// splits it (letters and digits; anything else separates): the part a
+/// trailing `*` makes a prefix of.
+fn last_word_chars(text: &str) -> usize {
+    text.split(|c: char| !c.is_alphanumeric())
+        .rfind(|w| !w.is_empty())
+        .map_or(0, |w| w.chars().count())
+}
+
+/// Runs `query` on `conn` and stops it once `limit` has passed: SQLite's
+/// progress handler looks at the clock every [`DEADLINE_STEPS`] steps and
+/// interrupts the statement, FTS5's reading of its index included. The
+/// handler is removed again before this returns, whatever the outcome,
+/// so a pooled connection goes back without it.
+pub fn with_deadline<T>(
+    conn: &Connection,
+    limit: Duration,
+    query: impl FnOnce(&Connection) -> anyhow::Result<T>,
+) -> Result<T, SearchError> {
+    let deadline = Instant::now() + limit;
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flag = stopped.clone();
+    conn.progress_handler(
+        DEADLINE_STEPS,
+        Some(move || {
+            let late = Instant::now() >= deadline;
+            if late {
+                flag.store(true, Ordering::Relaxed);
+            }
+            late
+        }),
+    )
+    .context("setting a search's deadline")?;
+    let outcome = query(conn);
+    conn.progress_handler(0, None::<fn() -> bool>)
+        .context("removing a search's deadline")?;
+    match outcome {
+        // However the interruption surfaced (FTS5 may word it its own way).
+        Err(_) if stopped.load(Ordering::Relaxed) => Err(SearchError::TimedOut(limit)),
+        Err(e) => Err(SearchError::Failed(e)),
+        Ok(found) => Ok(found),
     }
 }
 
@@ -416,7 +503,7 @@ mod tests {
         assert_eq!(search(&conn, "alice@example.com"), [paid]);
         assert_eq!(search(&conn, "customer_email"), [paid]);
         assert_eq!(search(&conn, "inv*"), [paid, apart]);
-        assert_eq!(search(&conn, "invoice.pa*"), [paid]);
+        assert_eq!(search(&conn, "invoice.pai*"), [paid]);
         assert_eq!(search(&conn, "zoee"), [apart]);
         assert_eq!(search(&conn, "char* failed"), [other]);
         assert!(search(&conn, "refund").is_empty());
@@ -470,7 +557,8 @@ mod tests {
                     .query_row([parsed.expression()], |r| r.get::<_, i64>(0))
                     .unwrap_or_else(|e| panic!("{q:?} as {parsed:?}: {e}"));
                 }
-                Err(e) => assert_eq!(e, QueryError::NoWord, "{q:?}"),
+                Err(QueryError::NoWord | QueryError::ShortPrefix(_)) => {}
+                Err(e) => panic!("{q:?}: {e}"),
             }
         }
         // Operators are words.
@@ -490,6 +578,106 @@ mod tests {
             SearchQuery::parse("say \"hi\" pre*").unwrap().expression(),
             r#""say" """hi""" "pre"*"#
         );
+    }
+
+    #[test]
+    fn a_prefix_needs_three_letters_or_digits_in_its_last_word() {
+        for short in [
+            "a*",
+            "ab*",
+            "x y*",
+            "invoice.pa*",
+            "a**",
+            "é*",
+            "ab.*",
+            "1*",
+            "zz*b*",
+        ] {
+            let Err(QueryError::ShortPrefix(term)) = SearchQuery::parse(short) else {
+                panic!("{short:?} was taken");
+            };
+            assert!(short.ends_with(&term), "{short:?} blamed {term:?}");
+            let said = QueryError::ShortPrefix(term).to_string();
+            assert!(
+                said.starts_with("q:") && said.contains("at least 3"),
+                "{said}"
+            );
+        }
+        for fine in [
+            "abc*",
+            "invoice.pai*",
+            "ééé*",
+            "123*",
+            "abc.*",
+            "a b c",
+            "a*b.cde*",
+        ] {
+            assert!(SearchQuery::parse(fine).is_ok(), "{fine:?}");
+        }
+        // A word searched whole may be of any length: it is one list.
+        assert_eq!(SearchQuery::parse("a").unwrap().expression(), "\"a\"");
+    }
+
+    /// Events whose bodies hold `words` distinct words each starting with
+    /// `zzz`: a prefix `zzz*` has all of them to merge.
+    fn many_words(conn: &mut Connection, events: usize, words: usize) {
+        let tx = conn.transaction().unwrap();
+        for i in 0..events {
+            let body: Vec<String> = (0..words).map(|w| format!("zzz{i}x{w}")).collect();
+            add(&tx, body.join(" ").as_bytes());
+        }
+        tx.commit().unwrap();
+        index_all(conn);
+    }
+
+    fn count(conn: &Connection, q: &str) -> anyhow::Result<i64> {
+        let q = SearchQuery::parse(q).unwrap();
+        Ok(conn
+            .prepare(&format!(
+                "SELECT count(*) FROM events WHERE {}",
+                matching("id", "?")
+            ))?
+            .query_row([q.expression()], |r| r.get(0))?)
+    }
+
+    #[test]
+    fn a_search_past_its_deadline_is_stopped_and_the_connection_keeps_no_deadline() {
+        let mut conn = db();
+        many_words(&mut conn, 2000, 50);
+        let slow = &"zzz* ".repeat(MAX_TERMS);
+        let started = Instant::now();
+        let whole = count(&conn, slow).unwrap();
+        let natural = started.elapsed();
+        assert_eq!(whole, 2000);
+        let limit = natural / 10;
+        let started = Instant::now();
+        let cut = with_deadline(&conn, limit, |c| count(c, slow));
+        assert!(
+            matches!(cut, Err(SearchError::TimedOut(d)) if d == limit),
+            "{cut:?}"
+        );
+        assert!(
+            started.elapsed() < natural / 2,
+            "stopped after {:?} of {natural:?}",
+            started.elapsed()
+        );
+        assert!(
+            cut.unwrap_err()
+                .to_string()
+                .starts_with("q: the search ran longer than")
+        );
+        // The handler went with the search: the same query, unbounded,
+        // runs to its end on the same connection.
+        assert_eq!(count(&conn, slow).unwrap(), 2000);
+        // Within the deadline the answer is the query's, errors included.
+        assert_eq!(
+            with_deadline(&conn, natural * 20, |c| count(c, "zzz1x1")).unwrap(),
+            1
+        );
+        let failed = with_deadline(&conn, natural * 20, |_| -> anyhow::Result<()> {
+            anyhow::bail!("its own error")
+        });
+        assert!(matches!(failed, Err(SearchError::Failed(e)) if e.to_string() == "its own error"));
     }
 
     #[test]

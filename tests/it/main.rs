@@ -45,6 +45,7 @@ mod routes;
 mod routes_admin;
 mod routes_crash;
 mod search;
+mod search_limits;
 mod secrets;
 mod soak;
 mod storage;

@@ -48,7 +48,7 @@ async fn post(app: &TestApp, source: &str, event: &str, delivery: &str, body: &[
     json(r).await["id"].as_i64().unwrap()
 }
 
-fn mark(db: &Connection) -> i64 {
+pub(crate) fn mark(db: &Connection) -> i64 {
     db.query_row(
         "SELECT coalesce((SELECT CAST(value AS INTEGER) FROM meta
                           WHERE key = 'search_indexed_through'), 0)",
@@ -59,7 +59,7 @@ fn mark(db: &Connection) -> i64 {
 }
 
 /// Waits until every event up to `id` has been through the indexer.
-async fn wait_indexed(app: &TestApp, id: i64) {
+pub(crate) async fn wait_indexed(app: &TestApp, id: i64) {
     let db = app.db();
     let deadline = Instant::now() + Duration::from_secs(15);
     while mark(&db) < id {
@@ -69,7 +69,7 @@ async fn wait_indexed(app: &TestApp, id: i64) {
 }
 
 /// `GET /api/events` with `params` (URL-encoded here).
-async fn list(app: &TestApp, params: &[(&str, &str)]) -> reqwest::Response {
+pub(crate) async fn list(app: &TestApp, params: &[(&str, &str)]) -> reqwest::Response {
     let url = reqwest::Url::parse_with_params(&app.admin_url("/api/events"), params).unwrap();
     app.client
         .get(url)
@@ -149,13 +149,13 @@ async fn search_finds_words_prefixes_and_dotted_names_and_misses_what_no_body_ha
     assert_eq!(found(&app, "alice@example.com").await, [paid]);
     assert_eq!(found(&app, "alice").await, [paid]);
     assert_eq!(found(&app, "inv*").await, [apart, paid]);
-    assert_eq!(found(&app, "invoice.pa*").await, [paid]);
+    assert_eq!(found(&app, "invoice.pai*").await, [paid]);
     assert_eq!(found(&app, "muller").await, [apart], "diacritics folded");
     // The bytes are searched as sent: a JSON escape (`Zo\u00eb`) is not
     // decoded, so only the body that has the letter itself matches.
     assert_eq!(found(&app, "zoe").await, [apart]);
     assert_eq!(found(&app, "charge failed 1250").await, [failed]);
-    assert_eq!(found(&app, "ch*").await, [failed]);
+    assert_eq!(found(&app, "cha*").await, [failed]);
     // Misses: a word no body has, and words that never meet in one body.
     assert!(found(&app, "refund").await.is_empty());
     assert!(found(&app, "invoice failed").await.is_empty());

@@ -173,9 +173,9 @@ impl IntoResponse for PageError {
             }
             PageError::Api(e) => {
                 let detail = match &e {
-                    ApiError::BadRequest { detail, .. } | ApiError::Conflict { detail, .. } => {
-                        format!("{}: {detail}", e.reason())
-                    }
+                    ApiError::BadRequest { detail, .. }
+                    | ApiError::Conflict { detail, .. }
+                    | ApiError::GaveUp { detail, .. } => format!("{}: {detail}", e.reason()),
                     _ => e.reason().to_owned(),
                 };
                 (e.status(), detail)

@@ -154,11 +154,7 @@ pub(super) fn parse_query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, A
 }
 
 async fn list(st: &Dashboard, filter: EventFilter) -> Result<EventPage, PageError> {
-    Ok(st
-        .admin
-        .store
-        .read(move |c| queries::list_events(c, &filter))
-        .await?)
+    Ok(crate::admin::list_events(&st.admin.store, filter).await?)
 }
 
 /// `GET /events`: the inbox, newest first, filtered like `/api/events`.
