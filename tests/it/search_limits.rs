@@ -170,6 +170,28 @@ async fn a_search_past_its_deadline_is_a_503_with_the_reason_and_the_next_search
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["events"].as_array().unwrap().len(), 1);
 
+    // `hookbox events` stops at its config's deadline too, saying so.
+    let config = app.dir.path().join("cli-timeout.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ndatabase = {:?}\n[search]\ntimeout = \"300ms\"\n",
+            app.db_path.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut cmd = hookbox();
+    cmd.arg("--config")
+        .arg(&config)
+        .args(["events", "--q", &slow]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("ran longer than 300ms"),
+        "{}",
+        text(&out)
+    );
+
     // With room, the same query runs to its end: what was cut was the
     // deadline, not the query.
     let dir = app.shutdown().await;
