@@ -14,14 +14,27 @@
 //! both directions, compared in milliseconds. The timestamp must be a
 //! whole number (the SDK also takes fractions; Linear sends integers).
 //!
-//! Identification: `Linear-Delivery` is the dedupe key; the event type is
-//! the body's `type` and `action` (`Issue.create`), else `Linear-Event`.
+//! Identification: the dedupe key is `sha256:` + the hex SHA-256 of the
+//! signed body without its `webhookTimestamp` ([`payload_id`]); the event
+//! type is the body's `type` and `action` (`Issue.create`), else
+//! `Linear-Event`. The `Linear-Delivery` header is not signed: keyed on
+//! it, a captured request re-posted within the window with a new value
+//! was a new event. The body holds no signed id of the delivery
+//! (`webhookId` names the webhook, the same for all it sends), and keying
+//! on the whole body would make each of Linear's retries a new event: a
+//! retry comes a minute or more later, so with a new `webhookTimestamp`
+//! (the old one would fail the window) and a new signature, but the same
+//! payload. `Linear-Delivery` is kept with the event's headers.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
+use serde_json::value::RawValue;
+use sha2::{Digest as _, Sha256};
 
 use crate::config::Secret;
 
-use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::payload::{Identified, IdentifyError, Identity, Inbound};
 use super::verify::{VerifyError, ct_eq, header, header_str, hmac_sha256, utf8_keys};
 
 pub struct Linear {
@@ -82,10 +95,35 @@ impl Linear {
                 .map(str::to_owned),
         };
         Ok(Identified::Event(Identity {
-            delivery_id: delivery_id(header_str(req.headers, "linear-delivery"))?,
+            delivery_id: payload_id(req.body)?,
             event_type,
         }))
     }
+}
+
+/// The dedupe key of a verified body: `sha256:` + the hex SHA-256 of the
+/// body re-written as a JSON object of its top-level members but
+/// `webhookTimestamp`, sorted by name, each value exactly as sent
+/// (`{"action":"create","data":{..},..}`). The timestamp is the one part a
+/// retry of Linear's changes.
+fn payload_id(body: &[u8]) -> Result<String, IdentifyError> {
+    let members: BTreeMap<String, &RawValue> =
+        serde_json::from_slice(body).map_err(|_| IdentifyError::InvalidJson)?;
+    let mut digest = Sha256::new();
+    let mut first = true;
+    digest.update(b"{");
+    for (name, value) in members.iter().filter(|(n, _)| *n != "webhookTimestamp") {
+        if !first {
+            digest.update(b",");
+        }
+        first = false;
+        let name = serde_json::to_string(name).map_err(|_| IdentifyError::InvalidJson)?;
+        digest.update(name.as_bytes());
+        digest.update(b":");
+        digest.update(value.get().as_bytes());
+    }
+    digest.update(b"}");
+    Ok(format!("sha256:{}", hex::encode(digest.finalize())))
 }
 
 #[cfg(test)]
@@ -180,24 +218,51 @@ mod tests {
         }
     }
 
-    #[test]
-    fn identity_is_the_delivery_header_and_type_dot_action() {
+    fn identify(delivery: &'static str, body: &[u8]) -> Result<Identified, IdentifyError> {
         let mut h = HeaderMap::new();
-        h.insert("linear-delivery", HeaderValue::from_static("d-1"));
+        h.insert("linear-delivery", HeaderValue::from_static(delivery));
         h.insert("linear-event", HeaderValue::from_static("Issue"));
-        let id = linear(&[SECRET]).identify(&Inbound::new(&h, BODY));
+        linear(&[SECRET]).identify(&Inbound::new(&h, body))
+    }
+
+    fn key(delivery: &'static str, body: &[u8]) -> String {
+        match identify(delivery, body) {
+            Ok(Identified::Event(id)) => id.delivery_id,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn identity_is_the_payload_without_its_timestamp_and_type_dot_action() {
+        let expected = format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(
+                br#"{"action":"create","data":{"id":"i-1"},"type":"Issue"}"#
+            ))
+        );
         assert_eq!(
-            id,
+            identify("d-1", BODY),
             Ok(Identified::Event(Identity {
-                delivery_id: "d-1".into(),
+                delivery_id: expected.clone(),
                 event_type: Some("Issue.create".into()),
             }))
         );
-        let no_action = linear(&[SECRET]).identify(&Inbound::new(&h, br#"{"type":"X"}"#));
+        // The unsigned header changes nothing.
+        assert_eq!(key("d-2", BODY), expected);
+        // Linear's retry: the same payload, a new timestamp (and so a new
+        // signature): the same key.
+        let retry = br#"{"action":"create","type":"Issue","data":{"id":"i-1"},"webhookTimestamp":1767225660000}"#;
+        assert_eq!(key("d-1", retry), expected);
+        // Anything else in the payload is another event.
+        let other = br#"{"action":"update","type":"Issue","data":{"id":"i-1"},"webhookTimestamp":1767225600000}"#;
+        assert_ne!(key("d-1", other), expected);
+        let nested = br#"{"action":"create","type":"Issue","data":{"id":"i-2"},"webhookTimestamp":1767225600000}"#;
+        assert_ne!(key("d-1", nested), expected);
+
+        let no_action = identify("d-1", br#"{"type":"X"}"#);
         assert!(
             matches!(no_action, Ok(Identified::Event(i)) if i.event_type.as_deref() == Some("Issue"))
         );
-        let none = linear(&[SECRET]).identify(&Inbound::new(&HeaderMap::new(), BODY));
-        assert_eq!(none, Err(IdentifyError::MissingDeliveryId));
+        assert_eq!(identify("d-1", b"[1]"), Err(IdentifyError::InvalidJson));
     }
 }

@@ -23,11 +23,17 @@
 //! (Twilio's back end signed that form of some query values).
 //!
 //! Nothing is timestamped: no tolerance window. The dedupe key is
-//! `I-Twilio-Idempotency-Token`, which Twilio keeps when it retries; a
-//! request without it is keyed on the SHA-256 of its body (so only exact
-//! re-sends are duplicates). The event type is the first of `EventType`,
-//! `MessageStatus`, `SmsStatus`, `CallStatus`, `RecordingStatus` present,
-//! or none.
+//! `sig:` + the hex SHA-256 of the signature's bytes ([`signature_id`]):
+//! the signature is the one part of a request bound to all that Twilio
+//! signed (the URL with its query, the parameters, the body's hash). The
+//! `I-Twilio-Idempotency-Token` header is not signed: keyed on it, a
+//! captured request re-posted with a new token, at any time, was a new
+//! event. Nor is the form body's spelling (parameter order, `%41` for
+//! `A`), which a key on the body's bytes let an attacker vary. A retry of
+//! Twilio's is the same request, so the same signature: a duplicate. The
+//! token is kept with the event's headers. The event type is the first of
+//! `EventType`, `MessageStatus`, `SmsStatus`, `CallStatus`,
+//! `RecordingStatus` present, or none.
 
 use std::cmp::Ordering;
 
@@ -36,9 +42,9 @@ use sha2::{Digest as _, Sha256};
 
 use crate::config::Secret;
 
-use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::payload::{Identified, IdentifyError, Identity, Inbound};
 use super::verify::{
-    VerifyError, body_hash_id, ct_eq, decode_base64, header, header_str, hmac_sha256, utf8_keys,
+    VerifyError, ct_eq, decode_base64, header, header_str, hmac_sha256, utf8_keys,
 };
 
 pub struct Twilio {
@@ -126,10 +132,7 @@ impl Twilio {
     }
 
     pub fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
-        let delivery_id = match header_str(req.headers, "i-twilio-idempotency-token") {
-            Some(token) => delivery_id(Some(token))?,
-            None => body_hash_id(req.body),
-        };
+        let delivery_id = signature_id(req)?;
         let event_type = match req.json() {
             Some(json) => EVENT_FIELDS
                 .iter()
@@ -150,6 +153,16 @@ impl Twilio {
             event_type: event_type.filter(|t| !t.is_empty()),
         }))
     }
+}
+
+/// The dedupe key of a verified request: `sig:` + the hex SHA-256 of its
+/// signature, decoded (so no other spelling of the same bytes is another
+/// key). Two requests share it only if they are the same signed request.
+fn signature_id(req: &Inbound) -> Result<String, IdentifyError> {
+    let sig = header(req.headers, "x-twilio-signature")
+        .and_then(decode_base64)
+        .ok_or(IdentifyError::MissingDeliveryId)?;
+    Ok(format!("sig:{}", hex::encode(Sha256::digest(&sig))))
 }
 
 /// The algorithm `X-Twilio-Webhooks-Signature-Settings` names: HMAC-SHA1
@@ -508,22 +521,48 @@ mod tests {
     }
 
     #[test]
-    fn identity_is_the_idempotency_token_else_the_body_hash() {
-        let token = [("i-twilio-idempotency-token", "a1b2-c3")];
-        let body = b"MessageSid=SM1&MessageStatus=delivered";
-        assert_eq!(
-            identify(&token, body),
-            Ok(Identified::Event(Identity {
-                delivery_id: "a1b2-c3".into(),
-                event_type: Some("delivered".into()),
-            }))
+    fn identity_is_the_signature_whatever_the_unsigned_token_says() {
+        let signed = [("x-twilio-signature", DOC_SIG)];
+        let expected = format!(
+            "sig:{}",
+            hex::encode(Sha256::digest(decode_base64(DOC_SIG.as_bytes()).unwrap()))
         );
-        let Ok(Identified::Event(id)) = identify(&[], DOC_BODY) else {
+        let Ok(Identified::Event(id)) = identify(&signed, DOC_BODY) else {
             panic!("an event");
         };
-        assert_eq!(id.delivery_id, body_hash_id(DOC_BODY));
+        assert_eq!(id.delivery_id, expected);
         assert_eq!(id.event_type, None);
-        let Ok(Identified::Event(json)) = identify(&token, br#"{"type":"com.twilio.x"}"#) else {
+        // A replay with a token of its own, or none, or the parameters
+        // spelled another way (all of which verify): the same key.
+        let reordered = b"To=%2B18005551212&Digits=1234&CallSid=CA1234567890ABCDE&Caller=%2B12349013030&From=%2B12349013030";
+        assert_eq!(check(DOC_URL, Some(DOC_QUERY), DOC_SIG, reordered), Ok(()));
+        for (token, body) in [("a1b2-c3", DOC_BODY), ("other", &reordered[..])] {
+            let headers = [
+                ("x-twilio-signature", DOC_SIG),
+                ("i-twilio-idempotency-token", token),
+            ];
+            let Ok(Identified::Event(again)) = identify(&headers, body) else {
+                panic!("an event");
+            };
+            assert_eq!(again.delivery_id, expected, "{token}");
+        }
+        // Another signed request: another key.
+        let other = [("x-twilio-signature", "GgNpjAF4EUO7QXgUXfkOioMTbOo=")];
+        let Ok(Identified::Event(other)) = identify(&other, DOC_BODY) else {
+            panic!("an event");
+        };
+        assert_ne!(other.delivery_id, expected);
+        assert_eq!(
+            identify(&[], DOC_BODY),
+            Err(IdentifyError::MissingDeliveryId)
+        );
+
+        let body = b"MessageSid=SM1&MessageStatus=delivered";
+        let Ok(Identified::Event(form)) = identify(&signed, body) else {
+            panic!("an event");
+        };
+        assert_eq!(form.event_type.as_deref(), Some("delivered"));
+        let Ok(Identified::Event(json)) = identify(&signed, br#"{"type":"com.twilio.x"}"#) else {
             panic!("an event");
         };
         assert_eq!(json.event_type.as_deref(), Some("com.twilio.x"));

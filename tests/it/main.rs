@@ -51,6 +51,7 @@ mod soak;
 mod storage;
 mod systemd;
 mod tls;
+mod unsigned_ids;
 mod upgrade;
 mod uploads;
 mod vectors_a;

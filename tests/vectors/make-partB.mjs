@@ -87,6 +87,17 @@ async function linear() {
       ...(ts === undefined ? {} : { webhookTimestamp: ts }),
       ...extra,
     });
+  // The dedupe key (src/receive/linear.rs): the body's top-level members
+  // but webhookTimestamp, sorted by name, values as sent; Linear-Delivery
+  // is not signed.
+  const payloadKey = (body) => {
+    const members = JSON.parse(body);
+    const kept = Object.keys(members)
+      .filter((k) => k !== "webhookTimestamp")
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${JSON.stringify(members[k])}`);
+    return bodySha(`{${kept.join(",")}}`);
+  };
   const cases = [];
   const add = (name, delivery, body, sig, expect, note) => {
     const headers = { "Linear-Delivery": delivery, "Linear-Event": "Issue", "Content-Type": "application/json" };
@@ -94,9 +105,9 @@ async function linear() {
     cases.push({ name, headers, body, sdk: sdkVerdict(body, sig), expect, ...(note ? { sdk_differs: note } : {}) });
   };
   const fresh = payload(NOW_MS - 5000);
-  add("valid", "d-valid", fresh, hmacHex(secret, fresh), accepted("d-valid", "Issue.create"));
+  add("valid", "d-valid", fresh, hmacHex(secret, fresh), accepted(payloadKey(fresh), "Issue.create"));
   const oldSigned = payload(NOW_MS - 3000, { action: "update" });
-  add("valid_old_secret_rotation", "d-rotated", oldSigned, hmacHex(old, oldSigned), accepted("d-rotated", "Issue.update"));
+  add("valid_old_secret_rotation", "d-rotated", oldSigned, hmacHex(old, oldSigned), accepted(payloadKey(oldSigned), "Issue.update"));
   add("tampered_body", "d-tampered", fresh.replace("Vectors", "Vectorz"), hmacHex(secret, fresh), refused("invalid_signature"));
   add("wrong_secret", "d-wrong", fresh, hmacHex("lin_wh_wrong", fresh), refused("invalid_signature"));
   const stale = payload(NOW_MS - 61_000);
@@ -105,8 +116,9 @@ async function linear() {
   add("future_61s", "d-future", future, hmacHex(secret, future), refused("timestamp_out_of_tolerance"));
   // 59 s, not 60: the replaying server's clock runs on while it replays
   // (the exact edge is a unit test in src/receive/linear.rs).
-  const edge = payload(NOW_MS - 59_000);
-  add("within_60s", "d-edge", edge, hmacHex(secret, edge), accepted("d-edge", "Issue.create"));
+  // Another issue: the same payload as "valid" would be its duplicate.
+  const edge = payload(NOW_MS - 59_000, { url: "https://linear.app/acme/issue/ENG-2" });
+  add("within_60s", "d-edge", edge, hmacHex(secret, edge), accepted(payloadKey(edge), "Issue.create"));
   const noTs = payload(undefined);
   add("missing_body_timestamp", "d-no-ts", noTs, hmacHex(secret, noTs), refused("missing_timestamp"));
   const textTs = payload(String(NOW_MS));
