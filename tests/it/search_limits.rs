@@ -170,6 +170,19 @@ async fn a_search_past_its_deadline_is_a_503_with_the_reason_and_the_next_search
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["events"].as_array().unwrap().len(), 1);
 
+    // The dashboard's inbox shows the reason.
+    let session = login(&app).await;
+    let url = reqwest::Url::parse_with_params(&app.admin_url("/events"), &params).unwrap();
+    let r = reqwest::Client::new()
+        .get(url)
+        .header("cookie", &session.cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("ran longer than 300ms"), "{page}");
+
     // `hookbox events` stops at its config's deadline too, saying so.
     let config = app.dir.path().join("cli-timeout.toml");
     std::fs::write(
