@@ -65,6 +65,7 @@ fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
         cert = {cert:?}
         key = {key:?}
         [retention]
+        [search]
         [backup]
         dir = {backups:?}
         [edge]

@@ -282,8 +282,11 @@ async fn a_group_hook_on_a_self_managed_instance_uses_group_paths_under_api_url(
 async fn the_admin_api_runs_a_gitlab_pass_and_the_dashboard_lists_it() {
     let fake = GitlabFake::start(vec![Event::new(1, "before", ago(600), "200")]).await;
     let app = TestApp::spawn(&gitlab_source(&fake.url(), "")).await;
-    // The start-up pass: nothing failed yet.
+    // The start-up pass: nothing failed yet. It records its run, then
+    // lets go of its lock in a write of its own: until then a pass by
+    // hand is refused as one already running.
     wait_for_count(&app.db_path, FINISHED_RUNS, 1).await;
+    wait_for_count(&app.db_path, "SELECT 1 - count(*) FROM job_locks", 1).await;
     fake.add(Event::new(2, "during-outage", ago(5), "internal error"));
     fake.resend_to(app.url("/hooks/gitlab"));
 
