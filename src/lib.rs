@@ -17,10 +17,13 @@
 //!    id, event type and ordering key, or a handshake answer that is never
 //!    stored. [`config::route`] picks the destinations whose filters take it.
 //! 4. [`store`] owns the database. A resend of a recently stored key is
-//!    answered at once (`store::writer::handle`); anything else becomes a
-//!    `WriteCmd` for the writer thread (`store::writer`), the only
-//!    connection that writes, which
-//!    commits whatever is queued as one group: the event and one delivery
+//!    answered at once (`store::ingest`); anything else becomes a write
+//!    for the writer thread (`store::writer`), the only connection that
+//!    writes. Every write is a `store::write::Write` that its feature
+//!    defines beside its SQL (`store::ingest`, `store::deliveries`,
+//!    `store::jobs`, ...), so the writer knows none of them; the CLI sends
+//!    the same writes to a writer of its own (`store::open_for_cli`). The
+//!    writer commits whatever is queued as one group: the event and one delivery
 //!    row per destination, and the hour's traffic counters. The syncer
 //!    thread fsyncs the WAL and only then answers the group, so a `2xx`
 //!    means the event is on disk; the checkpointer copies the WAL into the

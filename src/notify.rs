@@ -108,7 +108,9 @@ mod tests {
                             ids: Vec::new(),
                             before: 0,
                         };
-                        writer.prune(batch).await.unwrap();
+                        crate::store::retention::prune(&writer, batch)
+                            .await
+                            .unwrap();
                     }
                 })
             })

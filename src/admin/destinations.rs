@@ -66,7 +66,7 @@ pub(super) async fn set_manual(
             cause: Cause::Manual,
         },
     };
-    st.writer.pause(op).await.map_err(|e| {
+    st.writer.write(op).await.map_err(|e| {
         tracing::warn!(error = %e, "cannot store a destination's pause");
         ApiError::Unavailable
     })?;

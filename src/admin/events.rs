@@ -20,10 +20,10 @@ use super::{AdminState, parse_limit};
 use crate::clock;
 use crate::dispatch::replay::{self as plan, BulkError, ReplayError};
 use crate::error::ApiError;
-use crate::store::ReplayFilter;
 use crate::store::StoreError;
 use crate::store::models;
 use crate::store::queries::{self, AttemptRow, DeliveryRow, EventFilter, EventSummary};
+use crate::store::{Replay, ReplayFilter};
 
 pub(super) use plan::Bulk;
 
@@ -346,7 +346,10 @@ pub(super) async fn replay_matching(st: &AdminState, bulk: Bulk) -> Result<usize
 async fn replay(st: &AdminState, filters: Vec<ReplayFilter>) -> Result<usize, ApiError> {
     let n = st
         .writer
-        .replay(filters, clock::now_ms())
+        .write(Replay {
+            filters,
+            now: clock::now_ms(),
+        })
         .await
         .map_err(|e| {
             match &e {

@@ -10,7 +10,7 @@
 //! token: the routes are documented, so hiding them would protect nothing.
 //!
 //! Handlers read through [`crate::store::queries`] on the read pool and
-//! write only through the writer ([`WriterHandle::replay`]); none holds SQL.
+//! write only through the writer ([`WriterHandle::write`]); none holds SQL.
 //! Errors are [`ApiError`]s: `{"error": reason, "detail": ...}`.
 
 pub mod catchup;

@@ -1,50 +1,34 @@
-//! Where a catch-up run reads and writes: through the server's writer and
-//! read pool, or through the CLI's own connection. Either way the SQL is
-//! `crate::store::jobs`'s; this only routes it.
+//! Where a catch-up run reads and writes: a store's read pool and its
+//! writer, the server's inside `hookbox serve` or the one `hookbox
+//! catch-up` opens for itself (`crate::store::open_for_cli`). The SQL is
+//! `crate::store::jobs`'s, the writes its [`Op`]s.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Context;
 use rusqlite::Connection;
 use tokio::sync::Notify;
 
-use crate::store::jobs::{self, Done, Op};
+use crate::store::jobs::{Done, Op};
 use crate::store::models::{Inserted, NewEvent};
 use crate::store::{Store, WriterHandle};
 
 #[derive(Clone)]
-pub enum Db {
-    /// Inside `hookbox serve`: writes go to the writer thread, the only
-    /// writer of the process.
-    Server {
-        store: Store,
-        writer: WriterHandle,
-        /// Wakes the dispatcher when a fetched event is pending.
-        wake: Arc<Notify>,
-    },
-    /// `hookbox catch-up`: one connection of its own, each write in its own
-    /// short transaction, so a running server only waits a moment.
-    Cli(Arc<Mutex<Connection>>),
+pub struct Db {
+    pub store: Store,
+    pub writer: WriterHandle,
+    /// Wakes the dispatcher when a fetched event is pending; `None` in the
+    /// CLI, which has no dispatcher (the server's looks again within
+    /// seconds).
+    pub wake: Option<Arc<Notify>>,
 }
 
 impl Db {
-    pub fn cli(conn: Connection) -> Db {
-        Db::Cli(Arc::new(Mutex::new(conn)))
-    }
-
     pub async fn write(&self, op: Op) -> anyhow::Result<Done> {
-        match self {
-            Db::Server { writer, .. } => writer
-                .catchup(op)
-                .await
-                .context("writing catch-up bookkeeping"),
-            Db::Cli(conn) => {
-                let mut conn = conn
-                    .lock()
-                    .map_err(|_| anyhow::anyhow!("the database connection was poisoned"))?;
-                jobs::apply_alone(&mut conn, &op)
-            }
-        }
+        self.writer
+            .write(op)
+            .await
+            .context("writing catch-up bookkeeping")
     }
 
     pub async fn read<T, F>(&self, f: F) -> anyhow::Result<T>
@@ -52,36 +36,18 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Connection) -> anyhow::Result<T> + Send + 'static,
     {
-        match self {
-            Db::Server { store, .. } => store.read(f).await,
-            Db::Cli(conn) => {
-                let conn = conn
-                    .lock()
-                    .map_err(|_| anyhow::anyhow!("the database connection was poisoned"))?;
-                f(&conn)
-            }
-        }
+        self.store.read(f).await
     }
 
     pub async fn insert(&self, event: NewEvent) -> anyhow::Result<Inserted> {
-        match self {
-            Db::Server { writer, .. } => writer
-                .insert(event)
-                .await
-                .context("storing a fetched event"),
-            Db::Cli(conn) => {
-                let mut conn = conn
-                    .lock()
-                    .map_err(|_| anyhow::anyhow!("the database connection was poisoned"))?;
-                jobs::insert_alone(&mut conn, &event)
-            }
-        }
+        crate::store::ingest::store(&self.writer, event)
+            .await
+            .context("storing a fetched event")
     }
 
-    /// Tells the dispatcher new pending events are there. A CLI has no
-    /// dispatcher to wake: the server's looks again within seconds.
+    /// Tells the dispatcher new pending events are there.
     pub fn wake_dispatch(&self) {
-        if let Db::Server { wake, .. } = self {
+        if let Some(wake) = &self.wake {
             wake.notify_one();
         }
     }

@@ -347,10 +347,10 @@ impl CatchupHandle {
         wake: Arc<Notify>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
-        let runner = Runner::new(Db::Server {
+        let runner = Runner::new(Db {
             store,
             writer,
-            wake,
+            wake: Some(wake),
         })?;
         Ok(CatchupHandle {
             runner: Arc::new(runner),
@@ -473,15 +473,24 @@ pub async fn run_cli(
                 src.kind.as_str()
             )
         })?;
-    let conn = crate::store::open_for_cli(&config.server.database)?;
-    let runner = Runner::new(Db::cli(conn))?;
+    let (store, writer, thread) = crate::store::open_for_cli(&config.server.database)?;
+    let runner = Runner::new(Db {
+        store,
+        writer,
+        wake: None,
+    })?;
     let never = CancellationToken::new();
     let deadline = Instant::now() + wait;
-    loop {
+    let report = loop {
         let report = run_once(&runner, &job, dry_run, &never).await;
         if !report.busy || Instant::now() >= deadline {
-            return Ok(report);
+            break report;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    };
+    drop(runner);
+    tokio::task::spawn_blocking(move || thread.join())
+        .await
+        .context("stopping the writer")?;
+    Ok(report)
 }

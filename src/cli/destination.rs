@@ -1,19 +1,17 @@
 //! `hookbox destination pause|resume|list`: manual pauses for planned
-//! maintenance, written straight to the database so they work whether or
-//! not a server runs (a running one reads them within 2 s). The pause rows
-//! are `store::pauses`'s.
+//! maintenance, written to the database by a writer of the command's own
+//! so they work whether or not a server runs (a running one reads them
+//! within 2 s). The pause rows, and the write, are `store::pauses`'s.
 
-use anyhow::Context as _;
-
-use super::DestinationCommand;
+use super::{DestinationCommand, with_store};
 use crate::config::Config;
 use crate::store::pauses::{self, Cause, Pause, PauseOp};
 
 /// Lists the pauses, or sets or lifts one at a destination the config has.
 pub fn run(config: &Config, cmd: DestinationCommand) -> anyhow::Result<()> {
-    let mut conn = crate::store::open_for_cli(&config.server.database)?;
     let (source, name, pause) = match cmd {
         DestinationCommand::List => {
+            let conn = crate::store::open_read_only(&config.server.database)?;
             let all = pauses::load(&conn)?;
             if all.is_empty() {
                 println!("no destination is paused");
@@ -53,11 +51,10 @@ pub fn run(config: &Config, cmd: DestinationCommand) -> anyhow::Result<()> {
             cause: Cause::Manual,
         }
     };
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .context("starting the change")?;
-    pauses::apply(&tx, &op)?;
-    tx.commit().context("committing the change")?;
+    with_store(
+        config,
+        |_, writer| async move { Ok(writer.write(op).await?) },
+    )?;
     let done = if pause { "paused" } else { "resumed" };
     println!("{source}/{name} {done}; a running server acts on it within 2 s");
     Ok(())

@@ -7,8 +7,10 @@
 //! (the store, the dispatcher's replay plans, the catch-up jobs), prints
 //! what it did and picks the exit code. Rendering for the terminal lives
 //! here, never in the store. Verbs that touch the database open their own
-//! connection (`store::open_for_cli`, `store::open_read_only`), so they
-//! work whether or not a server runs.
+//! connection, so they work whether or not a server runs: those that
+//! write, a writer of their own sending the server's writes
+//! (`store::open_for_cli`, through [`with_store`]); those that only look,
+//! a read-only one (`store::open_read_only`).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -57,6 +59,22 @@ pub fn report(verb: &str, result: anyhow::Result<()>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs `f` with the store and a writer of the verb's own
+/// (`store::open_for_cli`), on a runtime of this thread; then stops the
+/// writer, once `f` has dropped what it was given.
+fn with_store<T, F>(
+    config: &Config,
+    f: impl FnOnce(crate::store::Store, crate::store::WriterHandle) -> F,
+) -> anyhow::Result<T>
+where
+    F: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let (store, writer, thread) = crate::store::open_for_cli(&config.server.database)?;
+    let done = current_thread_runtime()?.block_on(f(store, writer));
+    thread.join();
+    done
 }
 
 /// A runtime on this thread for a verb that makes a few requests.

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::report;
+use super::{report, with_store};
 use crate::config::Config;
 use crate::store::retention;
 
@@ -14,11 +14,13 @@ pub fn run(config: &Config, older_than: Duration, source: Option<&str>) -> ExitC
 }
 
 fn purge(config: &Config, older_than: Duration, source: Option<&str>) -> anyhow::Result<()> {
-    let mut conn = crate::store::open_for_cli(&config.server.database)?;
     let older_than_ms = i64::try_from(older_than.as_millis())
         .map_err(|_| anyhow::anyhow!("--older-than is too long"))?;
     let before = crate::clock::now_ms().saturating_sub(older_than_ms);
-    let n = retention::purge_dead(&mut conn, before, source)?;
+    let source = source.map(str::to_owned);
+    let n = with_store(config, |store, writer| async move {
+        retention::purge_dead(&store, &writer, before, source).await
+    })?;
     println!("{n} dead event(s) purged");
     Ok(())
 }

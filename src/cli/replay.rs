@@ -1,22 +1,19 @@
-//! `hookbox replay`: puts deliveries back to pending on the CLI's own
-//! connection, so it works whether or not a server runs. What may be
+//! `hookbox replay`: puts deliveries back to pending through a writer of
+//! its own, so it works whether or not a server runs. What may be
 //! replayed, and why not, is `dispatch::replay`'s, in the same words as
-//! the admin API; this runs the plan in one transaction and says how many
-//! moved.
+//! the admin API; this sends the plan as one write (the admin API's) and
+//! says how many moved.
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
-
-use super::{ReplayArgs, report};
+use super::{ReplayArgs, report, with_store};
 use crate::config::Config;
 use crate::dispatch::replay::{self as plan, BulkError};
 use crate::store::models::State;
-use crate::store::queries;
-use crate::store::replay as replay_sql;
+use crate::store::{Replay, queries};
 
 /// What `hookbox replay` was asked for.
-enum Replay {
+enum Asked {
     Event {
         id: i64,
         destination: Option<String>,
@@ -28,7 +25,7 @@ enum Replay {
 /// database cannot be written.
 pub fn run(config: &Config, args: ReplayArgs) -> ExitCode {
     let which = match args.id {
-        Some(id) => Ok(Replay::Event {
+        Some(id) => Ok(Asked::Event {
             id,
             destination: args.destination,
         }),
@@ -39,7 +36,7 @@ pub fn run(config: &Config, args: ReplayArgs) -> ExitCode {
             args.since,
             args.until,
         )
-        .map(Replay::Bulk)
+        .map(Asked::Bulk)
         .map_err(|e| match e {
             BulkError::NoLane => anyhow::anyhow!(
                 "without --dead, name the event (ID) or both --source and --destination"
@@ -50,27 +47,24 @@ pub fn run(config: &Config, args: ReplayArgs) -> ExitCode {
     report("replay", which.and_then(|which| replay(config, which)))
 }
 
-fn replay(config: &Config, which: Replay) -> anyhow::Result<()> {
-    let mut conn = crate::store::open_for_cli(&config.server.database)?;
-    let filters = match &which {
-        Replay::Event { id, destination } => {
-            let event = queries::event_state(&conn, *id)?
-                .ok_or_else(|| anyhow::anyhow!("no event {id}"))?;
-            plan::event(config, &event, *id, destination.as_deref())?
-        }
-        Replay::Bulk(bulk) => plan::bulk(config, bulk)?,
-    };
-    // One transaction: the reset, the deliveries created and the
-    // re-holding of what is now behind a replayed one go together.
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .context("starting the replay")?;
-    let now = crate::clock::now_ms();
-    let mut n = 0;
-    for filter in &filters {
-        n += replay_sql(&tx, filter, now)?;
-    }
-    tx.commit().context("committing the replay")?;
+fn replay(config: &Config, which: Asked) -> anyhow::Result<()> {
+    let n = with_store(config, |store, writer| async move {
+        let filters = match &which {
+            Asked::Event { id, destination } => {
+                let id = *id;
+                let event = store
+                    .read(move |c| queries::event_state(c, id))
+                    .await?
+                    .ok_or_else(|| anyhow::anyhow!("no event {id}"))?;
+                plan::event(config, &event, id, destination.as_deref())?
+            }
+            Asked::Bulk(bulk) => plan::bulk(config, bulk)?,
+        };
+        // One write: the reset, the deliveries created and the re-holding
+        // of what is now behind a replayed one go together.
+        let now = crate::clock::now_ms();
+        Ok(writer.write(Replay { filters, now }).await?)
+    })?;
     match n {
         1 => println!("1 delivery put back to pending or created"),
         n => println!("{n} deliveries put back to pending or created"),

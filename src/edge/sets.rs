@@ -258,11 +258,11 @@ impl Refresher {
             ranges,
             fetched_at: clock::now_ms(),
         };
-        if let Err(e) = self
-            .writer
-            .save_ip_set(set.as_str().to_owned(), cached)
-            .await
-        {
+        let save = crate::store::ip_sets::Save {
+            name: set.as_str().to_owned(),
+            set: cached,
+        };
+        if let Err(e) = self.writer.write(save).await {
             // The list is in use; only the next restart without network misses it.
             tracing::warn!(set = set.as_str(), error = %e, "cannot cache the IP set");
         }

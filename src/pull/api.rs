@@ -20,8 +20,8 @@ use crate::clock;
 use crate::dispatch::excerpt;
 use crate::error::ApiError;
 use crate::store::StoreError;
-use crate::store::deliveries::{self, ClaimFrom, Claimed, Lease};
-use crate::store::pull_leases::{self, PullLease, Standing};
+use crate::store::deliveries::{self, ClaimFrom, Claimed, Lease, Release};
+use crate::store::pull_leases::{self, PullLease, Pulled, Standing};
 
 /// Most deliveries one take hands out.
 pub const MAX_TAKE: usize = 100;
@@ -322,7 +322,7 @@ async fn claim(
     lane: &PullLane,
     limit: usize,
     timeout_ms: i64,
-) -> Result<crate::store::command::Claims, StoreError> {
+) -> Result<crate::store::deliveries::Claims, StoreError> {
     let now = clock::now_ms();
     let from = ClaimFrom {
         lane: 0,
@@ -335,7 +335,13 @@ async fn claim(
     };
     let lease_until = now.saturating_add(timeout_ms);
     hub.writer
-        .claim(vec![from], now, lease_until, false, Vec::new())
+        .write(crate::store::deliveries::Claim {
+            lanes: vec![from],
+            now,
+            lease_until,
+            clock_went_back: false,
+            renew: Vec::new(),
+        })
         .await
 }
 
@@ -431,7 +437,7 @@ fn event_json(job: &Claimed, body: &[u8]) -> Value {
 }
 
 async fn release(hub: &PullHub, leases: Vec<Lease>) {
-    if let Err(e) = hub.writer.release(leases).await {
+    if let Err(e) = hub.writer.write(Release(leases)).await {
         tracing::warn!(error = %e, "cannot give pulled leases back; they run out by themselves");
     }
 }
@@ -497,13 +503,13 @@ async fn on_leases(
     };
     let outcome = hub
         .writer
-        .pulled(
-            lane.source.clone(),
-            lane.destination.clone(),
+        .write(Pulled {
+            source: lane.source.clone(),
+            destination: lane.destination.clone(),
             leases,
             op,
             now,
-        )
+        })
         .await
         .map_err(unavailable)?;
     match verb {

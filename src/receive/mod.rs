@@ -384,7 +384,7 @@ async fn handle(
     let dispatched = !event.destinations.is_empty();
     // Only kept when a long-poll may want it.
     let pulled = (dispatched && rx.pull.serves(&source.name)).then(|| event.destinations.clone());
-    match rx.writer.insert(event).await {
+    match crate::store::ingest::store(&rx.writer, event).await {
         Ok(Inserted::New(id)) => {
             tracing::debug!(source = %source.name, event.id = id, "accepted");
             if dispatched {

@@ -11,7 +11,8 @@
 //! `pending` while any is, else `dead` if any is, else `delivered`.
 //!
 //! Claims and outcomes run inside the writer's transactions (see
-//! [`super::writer`]); these are plain functions over a `Connection`.
+//! [`super::writer`]) as the writes of [`writes`]; the functions here are
+//! plain functions over a `Connection`.
 //!
 //! Leases are rows of their own (`leases`), not columns: a claim only
 //! inserts lease rows, and renewing or dropping one touches only it. The
@@ -65,6 +66,10 @@ use rusqlite::{Connection, OptionalExtension as _, params};
 
 use super::counters::Tally;
 use super::models::State;
+
+mod writes;
+
+pub use writes::{Claim, Claims, MakeDue, Record, Release};
 
 /// Length of a lease's secret, in bytes: 128 bits, not to be guessed.
 pub const SECRET_LEN: usize = 16;

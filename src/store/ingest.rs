@@ -1,9 +1,68 @@
-//! The SQL of ingest: storing an event once under its key.
+//! The SQL of ingest: storing an event once under its key, and the
+//! writes that run it ([`store`]) and prove the writer commits ([`Ping`]).
+
+use std::sync::Arc;
 
 use anyhow::Context;
 use rusqlite::{Transaction, params};
 
+use super::counters::{Count, Tally};
+use super::error::StoreError;
 use super::models::{Inserted, NewEvent};
+use super::recent::RecentKeys;
+use super::write::Write;
+use super::writer::{POISONED, WriterHandle};
+
+/// Stores an event, answering once it is durable (or a known duplicate).
+pub async fn store(writer: &WriterHandle, event: NewEvent) -> Result<Inserted, StoreError> {
+    // A remembered key proves nothing once the store is poisoned (its
+    // file may be gone).
+    if writer.poisoned() {
+        return Err(StoreError::Unavailable(POISONED.into()));
+    }
+    let recent = writer.recent();
+    if let Some(id) = recent.get(&event.source, &event.delivery_id) {
+        return Ok(Inserted::Duplicate(id));
+    }
+    let recent = recent.clone();
+    writer.write(Insert { event, recent }).await
+}
+
+/// Stores an event; once durable its key is remembered, so a resend is
+/// answered without the writer.
+pub(super) struct Insert {
+    pub(super) event: NewEvent,
+    pub(super) recent: Arc<RecentKeys>,
+}
+
+impl Write for Insert {
+    type Output = Inserted;
+
+    fn apply(&mut self, tx: &Transaction, tally: &mut Tally) -> anyhow::Result<Inserted> {
+        let inserted = insert(tx, &self.event)?;
+        if let Inserted::New(_) = inserted {
+            tally.add(&self.event.source, self.event.received_at, Count::Received);
+        }
+        Ok(inserted)
+    }
+
+    fn answered(&self, inserted: &Inserted) {
+        let (Inserted::New(id) | Inserted::Duplicate(id)) = *inserted;
+        self.recent
+            .insert(&self.event.source, &self.event.delivery_id, id);
+    }
+}
+
+/// Proves the writer thread is alive and the database takes a commit.
+pub struct Ping;
+
+impl Write for Ping {
+    type Output = ();
+
+    fn apply(&mut self, tx: &Transaction, _: &mut Tally) -> anyhow::Result<()> {
+        heartbeat(tx)
+    }
+}
 
 /// Inserts unless `(source, delivery_id)` is already there, with one
 /// delivery per destination that took it, in the same transaction; either
@@ -72,7 +131,7 @@ fn add_deliveries(tx: &Transaction, id: i64, e: &NewEvent) -> anyhow::Result<()>
 }
 
 /// Writes the heartbeat row: the smallest write that proves a commit works.
-pub fn heartbeat(tx: &Transaction) -> anyhow::Result<()> {
+fn heartbeat(tx: &Transaction) -> anyhow::Result<()> {
     tx.prepare_cached(
         "INSERT INTO meta (key, value) VALUES ('heartbeat', ?1)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",

@@ -5,12 +5,31 @@
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
+use super::counters::Tally;
+use super::write::Write;
+
 /// A cached list: its CIDRs as a JSON array, and when it was fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CachedSet {
     pub ranges: String,
     /// Unix ms.
     pub fetched_at: i64,
+}
+
+/// Caches a freshly fetched set, durably. Its sender waits for room in the
+/// queue: a refresh is never in a hurry.
+pub struct Save {
+    pub name: String,
+    pub set: CachedSet,
+}
+
+impl Write for Save {
+    type Output = ();
+    const WAITS_FOR_ROOM: bool = true;
+
+    fn apply(&mut self, tx: &Transaction, _: &mut Tally) -> anyhow::Result<()> {
+        save(tx, &self.name, &self.set)
+    }
 }
 
 /// Replaces the cached list of `name`.

@@ -1,20 +1,18 @@
 //! The SQL of the catch-up jobs: job locks, runs, redelivery requests, the
 //! "last successful run" mark, and the inbox look-ups a run needs.
 //!
-//! Plain functions over a `Connection`: in the server the writes run inside
-//! the writer's transactions (as [`Op`]s carried by `WriteCmd::Catchup`) and
-//! the reads on the read pool; `hookbox catch-up` runs the same functions on
-//! its own connection. `crate::catchup` decides what to do; this module only
+//! Plain functions over a `Connection`: the writes are [`Op`]s, run by the
+//! writer (the server's, or the one `hookbox catch-up` starts on its own
+//! connection), and the reads run on the read pool. `crate::catchup` decides what to do; this module only
 //! knows the tables.
 
 use std::collections::{HashMap, HashSet};
 
 use anyhow::Context;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use super::counters;
-use super::ingest;
-use super::models::{Inserted, NewEvent};
+use super::counters::Tally;
+use super::write::Write;
 
 /// A catch-up write, so the server can send it to the writer.
 #[derive(Debug, Clone)]
@@ -82,6 +80,17 @@ pub struct RequestRecord {
     /// `asked` | `permanent` | `failed`
     pub outcome: &'static str,
     pub error: Option<String>,
+}
+
+/// A catch-up job is in no hurry: its writes wait for room in the queue,
+/// behind ingest.
+impl Write for Op {
+    type Output = Done;
+    const WAITS_FOR_ROOM: bool = true;
+
+    fn apply(&mut self, tx: &Transaction, _: &mut Tally) -> anyhow::Result<Done> {
+        apply(tx, self)
+    }
 }
 
 /// Applies one catch-up write.
@@ -176,29 +185,6 @@ pub fn apply(conn: &Connection, op: &Op) -> anyhow::Result<Done> {
             Done::Ok
         }
     })
-}
-
-/// Applies `op` in its own `BEGIN IMMEDIATE` transaction: the CLI's way,
-/// on its own connection while the server may be writing too.
-pub fn apply_alone(conn: &mut Connection, op: &Op) -> anyhow::Result<Done> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let done = apply(&tx, op)?;
-    tx.commit().context("committing a catch-up write")?;
-    Ok(done)
-}
-
-/// Stores a fetched event on a connection of its own (the CLI), with the
-/// same SQL the writer uses.
-pub fn insert_alone(conn: &mut Connection, event: &NewEvent) -> anyhow::Result<Inserted> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let inserted = ingest::insert(&tx, event)?;
-    if let Inserted::New(_) = inserted {
-        let mut tally = counters::Tally::default();
-        tally.add(&event.source, event.received_at, counters::Count::Received);
-        counters::flush(&tx, &tally)?;
-    }
-    tx.commit().context("committing a fetched event")?;
-    Ok(inserted)
 }
 
 /// Who holds the lock `name` now, if anyone (expired or not).

@@ -6,14 +6,18 @@
 //! a smaller one for searches alone ([`Store::search`]).
 //! Nothing else in hookbox opens the database for writing, so our own
 //! writes never meet `SQLITE_BUSY` and inserts can be committed in groups.
+//!
+//! Each write is a [`write::Write`] defined beside the SQL it runs (the
+//! feature modules below); the writer runs them without knowing them.
+//! A CLI command that writes opens the same pair ([`open_for_cli`]) on a
+//! connection of its own, and sends the same writes.
 
 pub mod backup;
 pub mod checkpoint;
-pub mod command;
 pub mod counters;
 pub mod deliveries;
 mod error;
-mod ingest;
+pub mod ingest;
 pub mod ip_sets;
 pub mod jobs;
 pub mod lock;
@@ -31,6 +35,7 @@ pub mod search;
 mod syncer;
 #[cfg(test)]
 pub(crate) mod test_support;
+pub mod write;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -48,7 +53,7 @@ use crate::config::{Durability, SearchConfig};
 use crate::metrics::WriterMetrics;
 pub use error::StoreError;
 pub use lock::DatabaseLock;
-pub use replay::{ReplayFilter, replay};
+pub use replay::{Replay, ReplayFilter, replay};
 pub use writer::WriterHandle;
 
 /// How long a reader waits for a lock before giving up.
@@ -111,12 +116,11 @@ pub fn open(
     let writer_metrics = WriterMetrics::default();
     let helpers = writer::Helpers {
         metrics: writer_metrics.clone(),
-        checkpointer: checkpoint::spawn(path)?,
+        checkpointer: Some(checkpoint::spawn(path)?),
         syncer: match durability {
             Durability::Full => Some(syncer::spawn(
                 path,
                 poisoned.clone(),
-                recent.clone(),
                 writer_metrics.sync_seconds.clone(),
             )?),
             Durability::Normal => None,
@@ -131,6 +135,18 @@ pub fn open(
         ),
         keep_rejections: rejections::KEEP,
     };
+    start(conn, helpers, queue, path, search.timeout)
+}
+
+/// Starts the writer thread on `conn` and opens the read pools beside it.
+fn start(
+    conn: Connection,
+    helpers: writer::Helpers,
+    queue: usize,
+    path: &Path,
+    search_timeout: Duration,
+) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
+    let writer_metrics = helpers.metrics.clone();
     let (writer, join) = writer::spawn(conn, helpers, queue, path)?;
     // Readers are few (admin API, metrics) and start lazily so an idle
     // hookbox holds one.
@@ -149,7 +165,7 @@ pub fn open(
     let store = Store {
         pool,
         search_pool,
-        search_timeout: search.timeout,
+        search_timeout,
         path: path.to_path_buf(),
         writer_metrics,
     };
@@ -226,24 +242,58 @@ fn create_private(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// A read-write connection for a one-off CLI command (`hookbox replay`),
-/// which may run while the server does: it waits for the server's writer
-/// rather than failing with `SQLITE_BUSY`. The database must exist and be
-/// at this hookbox's schema version (only `serve` migrates).
-pub fn open_for_cli(path: &Path) -> anyhow::Result<Connection> {
+/// Writes a CLI command queues at most; it sends one at a time.
+const CLI_QUEUE: usize = 16;
+
+/// The store and a writer of its own for a one-off CLI command that writes
+/// (`hookbox replay`, `purge`, `destination`, `catch-up`), which may run
+/// while the server does. Its writer is the server's writer thread on a
+/// connection of its own: the same writes, groups and savepoints, each
+/// answered once durable (whatever `server.durability` says); its
+/// transactions wait for the server's rather than fail with
+/// `SQLITE_BUSY`. It never checkpoints on its own account nor indexes for
+/// search: the server does both. The database must exist and be at this
+/// hookbox's schema version (only `serve` migrates).
+pub fn open_for_cli(path: &Path) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
     anyhow::ensure!(path.exists(), "no database at {}", path.display());
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
         .with_context(|| format!("opening the database {}", path.display()))?;
     plan_once(&conn)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // The syncer fsyncs the WAL before any answer, as in the server.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     anyhow::ensure!(
         version == schema::SCHEMA_VERSION,
         "the database is at schema version {version}, this hookbox expects {}; run `hookbox serve` once to migrate",
         schema::SCHEMA_VERSION
     );
-    Ok(conn)
+    let poisoned = Arc::new(AtomicBool::new(false));
+    let metrics = WriterMetrics::default();
+    let helpers = writer::Helpers {
+        checkpointer: None,
+        syncer: Some(syncer::spawn(
+            path,
+            poisoned.clone(),
+            metrics.sync_seconds.clone(),
+        )?),
+        poisoned,
+        recent: Arc::default(),
+        progress: Arc::default(),
+        indexer: None,
+        // Nothing is refused here: the queue stays empty.
+        rejections: rejections::RejectionQueue::new(1, metrics.rejections_dropped.clone()),
+        keep_rejections: rejections::KEEP,
+        metrics,
+    };
+    start(
+        conn,
+        helpers,
+        CLI_QUEUE,
+        path,
+        SearchConfig::default().timeout,
+    )
 }
 
 /// A read-only connection for a CLI command that only looks (`hookbox

@@ -6,6 +6,9 @@
 use anyhow::Context;
 use rusqlite::{Connection, Transaction, params};
 
+use super::counters::Tally;
+use super::write::Write;
+
 /// Why a destination is paused. Both can hold at once: a destination
 /// paused by hand whose breaker had opened stays paused by its breaker
 /// after the hand lets go.
@@ -47,6 +50,17 @@ pub enum PauseOp {
         destination: String,
         cause: Cause,
     },
+}
+
+/// Pausing or resuming is in no hurry but must be done: its sender waits
+/// for room in the queue.
+impl Write for PauseOp {
+    type Output = ();
+    const WAITS_FOR_ROOM: bool = true;
+
+    fn apply(&mut self, tx: &Transaction, _: &mut Tally) -> anyhow::Result<()> {
+        apply(tx, self)
+    }
 }
 
 /// Applies `op`; setting a pause that is already set keeps its `since`.

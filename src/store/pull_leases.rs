@@ -16,11 +16,12 @@
 //! guessing.
 
 use anyhow::Context as _;
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::{Connection, OptionalExtension as _, Transaction, params};
 use subtle::ConstantTimeEq as _;
 
 use super::counters::Tally;
 use super::deliveries::{self, AttemptRecord, Lease, OnFailure, SECRET_LEN, Settled};
+use super::write::Write;
 
 /// A lease as a pull consumer names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +87,32 @@ pub enum Standing {
 pub struct Outcome {
     pub standing: Vec<Standing>,
     pub died: usize,
+}
+
+/// A pull consumer's `op` on the leases it names in lane (`source`,
+/// `destination`), durably; answers how each stood.
+pub struct Pulled {
+    pub source: String,
+    pub destination: String,
+    pub leases: Vec<PullLease>,
+    pub op: Op,
+    pub now: i64,
+}
+
+impl Write for Pulled {
+    type Output = Outcome;
+
+    fn apply(&mut self, tx: &Transaction, tally: &mut Tally) -> anyhow::Result<Outcome> {
+        apply(
+            tx,
+            &self.source,
+            &self.destination,
+            &self.leases,
+            &self.op,
+            self.now,
+            tally,
+        )
+    }
 }
 
 /// Applies `op` to each of `leases` that lane (`source`, `destination`)

@@ -7,16 +7,18 @@
 //! for each matching event that has none there: how a destination added
 //! to the config receives old events. Only events that still have their
 //! body move: one that retention emptied can no longer be delivered as it
-//! was received. Runs in the writer (the admin API) or on the CLI's own
-//! connection (`hookbox replay`), in one transaction either way.
+//! was received. A [`Replay`] runs in the writer, the server's (the admin
+//! API) or the CLI's own (`hookbox replay`), in one transaction either way.
 
 use std::collections::BTreeSet;
 
 use anyhow::Context;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, Transaction, params};
 
+use super::counters::Tally;
 use super::deliveries;
 use super::models::State;
+use super::write::Write;
 use crate::config::route::{Body, Filter};
 
 /// What replay should pick up.
@@ -36,6 +38,26 @@ pub struct ReplayFilter {
     /// for each matching event that has none and that this filter takes
     /// (the destination's own, or the empty filter for "every event").
     pub create: Option<Filter>,
+}
+
+/// Every filter in one transaction (replaying an event at each of its
+/// destinations is one change); answers how many deliveries were put back
+/// to pending or created, once durable.
+pub struct Replay {
+    pub filters: Vec<ReplayFilter>,
+    pub now: i64,
+}
+
+impl Write for Replay {
+    type Output = usize;
+
+    fn apply(&mut self, tx: &Transaction, _: &mut Tally) -> anyhow::Result<usize> {
+        let mut n = 0;
+        for filter in &self.filters {
+            n += replay(tx, filter, self.now)?;
+        }
+        Ok(n)
+    }
 }
 
 /// Replays what `filter` picks at time `now`; returns how many deliveries

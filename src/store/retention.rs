@@ -29,26 +29,31 @@
 //! Retention runs in the server, in small batches: a read-only connection
 //! walks the table in id order to find candidates (off the writer, so a
 //! long scan never holds the write lock), and each batch of at most
-//! [`BATCH`] ids goes to the writer as one [`PruneBatch`] command, which
-//! re-checks every row by primary key (a row replayed meanwhile is left
-//! alone) and commits with whatever ingest is queued. The writer forgets
-//! the keys of deleted rows in its recent-keys cache once the delete is
-//! durable, so a resend after that is stored again as new.
+//! [`BATCH`] ids goes to the writer as one [`PruneBatch`] ([`prune`]),
+//! which re-checks every row by primary key (a row replayed meanwhile is
+//! left alone) and commits with whatever ingest is queued. The keys of
+//! deleted rows leave the recent-keys cache once the delete is durable, so
+//! a resend after that is stored again as new.
 //!
-//! Purge runs from the CLI on its own connection, in the same small
-//! batches, each its own short transaction. It cannot reach a running
-//! server's recent-keys cache, so until that server restarts a resend of
+//! Purge runs from the CLI, through the writer it starts on its own
+//! connection, in the same small batches ([`PurgeBatch`]). It cannot reach
+//! a running server's recent-keys cache, so until that server restarts a resend of
 //! a purged event may still be answered "duplicate" (docs/src/operating/retention.md says so).
 //!
 //! Finding candidates walks the table in id order (there is no index on
 //! `delivered_at`); that read costs one pass over the table per run, off
 //! the writer.
 
+use std::sync::Arc;
+
 use anyhow::Context;
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, Transaction, params};
 use tokio_util::sync::CancellationToken;
 
-use super::{Store, WriterHandle};
+use super::counters::Tally;
+use super::recent::RecentKeys;
+use super::write::Write;
+use super::{Store, StoreError, WriterHandle};
 
 /// Rows per writer command (and per purge transaction).
 pub const BATCH: usize = 500;
@@ -145,6 +150,37 @@ pub fn candidates(
         .context("finding rows past retention")
 }
 
+/// Prunes `batch` through the writer, durably; returns how many rows
+/// changed. Waits for room in the queue rather than fail: retention is
+/// never in a hurry, and it yields to ingest by queueing behind it.
+pub async fn prune(writer: &WriterHandle, batch: PruneBatch) -> Result<usize, StoreError> {
+    let recent = writer.recent().clone();
+    let pruned = writer.write(Forgetting { batch, recent }).await?;
+    Ok(pruned.rows)
+}
+
+/// A batch, and the cache whose keys of deleted rows it forgets once the
+/// delete is durable, in the same order as inserts remember theirs.
+struct Forgetting {
+    batch: PruneBatch,
+    recent: Arc<RecentKeys>,
+}
+
+impl Write for Forgetting {
+    type Output = Pruned;
+    const WAITS_FOR_ROOM: bool = true;
+
+    fn apply(&mut self, tx: &Transaction, _: &mut Tally) -> anyhow::Result<Pruned> {
+        apply(tx, &self.batch)
+    }
+
+    fn answered(&self, pruned: &Pruned) {
+        for (source, delivery_id) in &pruned.keys {
+            self.recent.forget(source, delivery_id);
+        }
+    }
+}
+
 /// Applies a batch inside the writer's transaction, re-checking each row.
 pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
     let mut pruned = Pruned::default();
@@ -235,8 +271,7 @@ pub async fn run_once(
                 .await?;
             let Some(&last) = ids.last() else { break };
             after = last;
-            let n = writer
-                .prune(PruneBatch { what, ids, before })
+            let n = prune(writer, PruneBatch { what, ids, before })
                 .await
                 .context("pruning a batch")?;
             match what {
@@ -248,59 +283,92 @@ pub async fn run_once(
         }
     }
     if !shutdown.is_cancelled() {
-        report.counter_hours_deleted += writer
-            .prune(PruneBatch {
-                what: Prune::Counters,
-                ids: Vec::new(),
-                before: cutoffs.counters_before,
-            })
+        let trim = PruneBatch {
+            what: Prune::Counters,
+            ids: Vec::new(),
+            before: cutoffs.counters_before,
+        };
+        report.counter_hours_deleted += prune(writer, trim)
             .await
             .context("trimming the hourly counters")?;
     }
     Ok(report)
 }
 
+/// Which `dead` events (of `source`, if given) had their last attempt (or
+/// arrival, without one) before `before`.
+const DEAD_SINCE: &str = "state = 'dead' AND (?2 IS NULL OR source = ?2)
+    AND coalesce((SELECT max(started_at) FROM attempts WHERE event_id = events.id),
+                 received_at) < ?1";
+
 /// Deletes `dead` events (of `source`, if given) whose last attempt (or
-/// arrival, without one) is before `before`; returns how many. Runs on the
-/// CLI's own connection in short transactions of at most [`BATCH`] rows.
-pub fn purge_dead(
-    conn: &mut Connection,
+/// arrival, without one) is before `before`; returns how many. For the
+/// CLI: batches of at most [`BATCH`] rows found on a read connection, so
+/// the scan never holds a writer back, each deleted by a [`PurgeBatch`]
+/// through `writer`, committed with whatever else is queued.
+pub async fn purge_dead(
+    store: &Store,
+    writer: &WriterHandle,
     before: i64,
-    source: Option<&str>,
+    source: Option<String>,
 ) -> anyhow::Result<usize> {
-    const DEAD_SINCE: &str = "state = 'dead' AND (?2 IS NULL OR source = ?2)
-        AND coalesce((SELECT max(started_at) FROM attempts WHERE event_id = events.id),
-                     received_at) < ?1";
     let mut purged = 0;
     let mut after = 0;
     loop {
-        // Found outside the write transaction, so the scan never holds
-        // the server's writer back.
-        let ids = conn
-            .prepare_cached(&format!(
-                "SELECT id FROM events WHERE id > ?3 AND {DEAD_SINCE} ORDER BY id LIMIT ?4"
-            ))?
-            .query_map(params![before, source, after, BATCH as i64], |r| r.get(0))?
-            .collect::<rusqlite::Result<Vec<i64>>>()
-            .context("finding dead events to purge")?;
+        let from = source.clone();
+        let ids = store
+            .read(move |c| dead_candidates(c, before, from.as_deref(), after))
+            .await?;
         let Some(&last) = ids.last() else { break };
         after = last;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .context("beginning a purge transaction")?;
-        {
-            let mut delete = tx.prepare_cached(&format!(
-                "DELETE FROM events WHERE id = ?3 AND {DEAD_SINCE}"
-            ))?;
-            for id in ids {
-                purged += delete
-                    .execute(params![before, source, id])
-                    .context("purging a dead event")?;
-            }
-        }
-        tx.commit().context("committing a purge batch")?;
+        let batch = PurgeBatch {
+            ids,
+            before,
+            source: source.clone(),
+        };
+        purged += writer.write(batch).await.context("purging a batch")?;
     }
     Ok(purged)
+}
+
+/// The next [`BATCH`] dead events past id `after` that a purge takes.
+fn dead_candidates(
+    conn: &Connection,
+    before: i64,
+    source: Option<&str>,
+    after: i64,
+) -> anyhow::Result<Vec<i64>> {
+    conn.prepare_cached(&format!(
+        "SELECT id FROM events WHERE id > ?3 AND {DEAD_SINCE} ORDER BY id LIMIT ?4"
+    ))?
+    .query_map(params![before, source, after, BATCH as i64], |r| r.get(0))?
+    .collect::<rusqlite::Result<Vec<i64>>>()
+    .context("finding dead events to purge")
+}
+
+/// Deletes those of `ids` that are still dead and idle since before
+/// `before` (a row replayed meanwhile stays); answers how many went.
+pub struct PurgeBatch {
+    pub ids: Vec<i64>,
+    pub before: i64,
+    pub source: Option<String>,
+}
+
+impl Write for PurgeBatch {
+    type Output = usize;
+
+    fn apply(&mut self, tx: &Transaction, _: &mut Tally) -> anyhow::Result<usize> {
+        let mut delete = tx.prepare_cached(&format!(
+            "DELETE FROM events WHERE id = ?3 AND {DEAD_SINCE}"
+        ))?;
+        let mut purged = 0;
+        for id in &self.ids {
+            purged += delete
+                .execute(params![self.before, self.source, id])
+                .context("purging a dead event")?;
+        }
+        Ok(purged)
+    }
 }
 
 #[cfg(test)]
@@ -423,6 +491,26 @@ mod tests {
         assert_eq!([first, second, third].concat(), ids);
     }
 
+    /// [`super::purge_dead`]'s batches, run here on one connection.
+    fn purge_dead(conn: &mut Connection, before: i64, source: Option<&str>) -> usize {
+        let mut purged = 0;
+        let mut after = 0;
+        loop {
+            let ids = dead_candidates(conn, before, source, after).unwrap();
+            let Some(&last) = ids.last() else { break };
+            after = last;
+            let mut batch = PurgeBatch {
+                ids,
+                before,
+                source: source.map(str::to_owned),
+            };
+            let tx = conn.transaction().unwrap();
+            purged += batch.apply(&tx, &mut Tally::default()).unwrap();
+            tx.commit().unwrap();
+        }
+        purged
+    }
+
     #[test]
     fn purge_takes_only_dead_rows_idle_long_enough_of_the_asked_source() {
         let mut conn = db();
@@ -442,15 +530,15 @@ mod tests {
             [],
         )
         .unwrap();
-        assert_eq!(purge_dead(&mut conn, 500, Some("s")).unwrap(), 1);
+        assert_eq!(purge_dead(&mut conn, 500, Some("s")), 1);
         let gone: i64 = conn
             .query_row("SELECT count(*) FROM events WHERE id = ?1", [old], |r| {
                 r.get(0)
             })
             .unwrap();
         assert_eq!(gone, 0);
-        assert_eq!(purge_dead(&mut conn, 500, None).unwrap(), 1);
-        assert_eq!(purge_dead(&mut conn, 500, None).unwrap(), 0);
+        assert_eq!(purge_dead(&mut conn, 500, None), 1);
+        assert_eq!(purge_dead(&mut conn, 500, None), 0);
     }
 
     /// A run of `job` on source `g`, with one request per outcome given.

@@ -27,11 +27,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::command::{Applied, WriteCmd};
 use super::error::StoreError;
-use super::recent::RecentKeys;
+use super::write::Queued;
 
-type Group = Vec<(WriteCmd, Applied)>;
+type Group = Vec<Box<dyn Queued>>;
 
 /// An fsync this slow is logged (at debug): every answer waiting on it
 /// is at least this late.
@@ -42,10 +41,10 @@ pub struct Syncer(mpsc::Sender<Group>);
 
 impl Syncer {
     /// Queues a committed group to be answered once the WAL is synced.
-    pub fn sync_then_answer(&self, group: Group) {
+    pub(super) fn sync_then_answer(&self, group: Group) {
         if let Err(mpsc::SendError(group)) = self.0.send(group) {
             // The syncer is gone (it panicked): nothing can be promised.
-            for (cmd, _) in group {
+            for cmd in group {
                 cmd.fail(StoreError::Unavailable("the syncer has stopped".into()));
             }
         }
@@ -57,7 +56,6 @@ impl Syncer {
 pub fn spawn(
     db: &Path,
     poisoned: Arc<AtomicBool>,
-    recent: Arc<RecentKeys>,
     sync_seconds: Histogram,
 ) -> anyhow::Result<(Syncer, JoinHandle<()>)> {
     let mut wal_path = db.as_os_str().to_owned();
@@ -68,7 +66,7 @@ pub fn spawn(
     let (tx, rx) = mpsc::channel::<Group>();
     let join = std::thread::Builder::new()
         .name("store-syncer".into())
-        .spawn(move || run(&wal, &rx, &poisoned, &recent, &sync_seconds))
+        .spawn(move || run(&wal, &rx, &poisoned, &sync_seconds))
         .context("starting the syncer thread")?;
     Ok((Syncer(tx), join))
 }
@@ -85,13 +83,7 @@ fn private_file(path: &Path) -> anyhow::Result<File> {
         .with_context(|| format!("opening the WAL {}", path.display()))
 }
 
-fn run(
-    wal: &File,
-    rx: &mpsc::Receiver<Group>,
-    poisoned: &AtomicBool,
-    recent: &RecentKeys,
-    sync_seconds: &Histogram,
-) {
+fn run(wal: &File, rx: &mpsc::Receiver<Group>, poisoned: &AtomicBool, sync_seconds: &Histogram) {
     let mut pending: Vec<Group> = Vec::new();
     while let Ok(first) = rx.recv() {
         pending.push(first);
@@ -100,7 +92,7 @@ fn run(
         // the kernel dropped: groups committed before the writer noticed
         // must not be answered as durable.
         if poisoned.load(Ordering::Relaxed) {
-            for (cmd, _) in pending.drain(..).flatten() {
+            for cmd in pending.drain(..).flatten() {
                 cmd.fail(StoreError::Unavailable("an earlier fsync failed".into()));
             }
             continue;
@@ -119,8 +111,8 @@ fn run(
         }
         match synced {
             Ok(()) => {
-                for (cmd, applied) in pending.drain(..).flatten() {
-                    cmd.answer(applied, recent);
+                for cmd in pending.drain(..).flatten() {
+                    cmd.answer();
                 }
             }
             Err(e) => {
@@ -129,7 +121,7 @@ fn run(
                     "fsync of the WAL failed: refusing all writes until hookbox is restarted"
                 );
                 poisoned.store(true, Ordering::Relaxed);
-                for (cmd, _) in pending.drain(..).flatten() {
+                for cmd in pending.drain(..).flatten() {
                     cmd.fail(StoreError::Unavailable(format!("fsync failed: {e}")));
                 }
             }

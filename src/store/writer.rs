@@ -1,10 +1,12 @@
 //! The writer thread: the only connection that writes rows, and group commit.
 //!
-//! Every write in hookbox is a [`WriteCmd`] sent to this thread over a
-//! bounded channel. The thread blocks for one command, then drains whatever
-//! else is already queued (up to [`MAX_BATCH`]) into one `BEGIN IMMEDIATE`
-//! transaction and commits it. A command is answered only once its group is
-//! durable: with `durability = "full"` the group goes to the syncer thread
+//! Every write in hookbox is a [`Write`](super::write::Write), defined by
+//! its feature beside its SQL and sent to this thread over a bounded
+//! channel; the thread runs them without knowing what they do. It blocks
+//! for one command, then drains whatever else is already queued (up to
+//! [`MAX_BATCH`]) into one `BEGIN IMMEDIATE` transaction and commits it. A
+//! command is answered only once its group is durable (unless its write
+//! says it may be answered at the commit): with `durability = "full"` the group goes to the syncer thread
 //! ([`super::syncer`]), which fsyncs the WAL and then answers, while this
 //! thread already builds the next group; so the fsync of one group overlaps
 //! the inserts of the next, and its cost is shared by everyone in it. With
@@ -30,6 +32,10 @@
 //! The thread exits when every [`WriterHandle`] has been dropped, after it
 //! has answered what was queued, flushed the rejections, stopped the
 //! syncer and the checkpointer, and checkpointed the WAL.
+//!
+//! The same thread runs the CLI's writes, on the CLI's own connection
+//! (`super::open_for_cli`): without a checkpointer, search indexing or
+//! refused requests, with the same groups, savepoints and syncer.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,13 +48,13 @@ use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::mpsc;
 
 use super::checkpoint::Nudge;
-use super::command::{Applied, WriteCmd};
 use super::counters::{self, Tally};
 use super::error::StoreError;
 use super::recent::RecentKeys;
 use super::rejections::{Rejection, RejectionQueue};
 use super::search::Indexer;
 use super::syncer::Syncer;
+use super::write::Queued;
 use crate::metrics::WriterMetrics;
 
 mod handle;
@@ -62,7 +68,7 @@ use idle::INDEX_PER_COMMAND;
 pub const MAX_BATCH: usize = 1024;
 
 /// Why a poisoned store refuses; the log says what poisoned it.
-const POISONED: &str =
+pub(super) const POISONED: &str =
     "the store refuses writes after a fatal error (see the log); restart hookbox";
 
 /// Which file a path named when the database was opened.
@@ -106,8 +112,8 @@ const MIN_FREE_BYTES: u64 = 1024 * 1024;
 /// error), after which nothing of the group may be kept.
 fn apply_group(
     conn: &mut Connection,
-    batch: &[WriteCmd],
-) -> anyhow::Result<Vec<anyhow::Result<Applied>>> {
+    batch: &mut [Box<dyn Queued>],
+) -> anyhow::Result<Vec<anyhow::Result<()>>> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .context("beginning a transaction")?;
@@ -120,10 +126,10 @@ fn apply_group(
         tx.prepare_cached("SAVEPOINT command")?.execute([])?;
         counting.clear();
         match cmd.apply(&tx, &mut counting) {
-            Ok(applied) => {
+            Ok(()) => {
                 tx.prepare_cached("RELEASE command")?.execute([])?;
                 counted.merge(&counting);
-                results.push(Ok(applied));
+                results.push(Ok(()));
             }
             Err(e) if tx.is_autocommit() => {
                 return Err(e.context("SQLite rolled back the whole transaction"));
@@ -175,12 +181,17 @@ const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 pub struct Helpers {
     /// Batch size and commit time, observed once per group.
     pub metrics: WriterMetrics,
-    pub checkpointer: (Nudge, JoinHandle<()>),
+    /// `None` in the CLI: the server's checkpointer, or SQLite's own at
+    /// the commit, keeps the WAL short; a CLI that waited to start it over
+    /// would wait for the server's readers.
+    pub checkpointer: Option<(Nudge, JoinHandle<()>)>,
     /// `None` with `durability = "normal"`: answers go out after the commit.
     pub syncer: Option<(Syncer, JoinHandle<()>)>,
     /// Set by the syncer when an fsync failed: from then on nothing can be
     /// promised, so every command is refused until hookbox restarts.
     pub poisoned: Arc<AtomicBool>,
+    /// Keys of stored events, handed to every [`WriterHandle`]: the
+    /// writes of ingest and retention keep it, not the writer.
     pub recent: Arc<RecentKeys>,
     /// Counts committed groups (see [`WriterHandle::heartbeat`]).
     pub progress: Arc<AtomicU64>,
@@ -259,7 +270,7 @@ impl Writer {
         }
     }
 
-    fn run(mut self, mut rx: mpsc::Receiver<WriteCmd>) {
+    fn run(mut self, mut rx: mpsc::Receiver<Box<dyn Queued>>) {
         // Only to wait for a command with a timeout, so that the idle
         // jobs (refused requests, the search index) get their turn without
         // taking a slot of the command queue from ingest.
@@ -299,10 +310,10 @@ impl Writer {
     }
 
     /// Stops the syncer (which answers what it holds) and the checkpointer,
-    /// then leaves the database with an empty WAL.
+    /// then, in the server, leaves the database with an empty WAL.
     fn stop(self) {
         let Helpers {
-            checkpointer: (nudge, checkpointer),
+            checkpointer,
             syncer,
             ..
         } = self.helpers;
@@ -312,6 +323,10 @@ impl Writer {
                 tracing::error!("the syncer thread panicked");
             }
         }
+        let Some((nudge, checkpointer)) = checkpointer else {
+            tracing::debug!("writer stopped");
+            return;
+        };
         drop(nudge);
         if checkpointer.join().is_err() {
             tracing::error!("the checkpoint thread panicked");
@@ -324,7 +339,7 @@ impl Writer {
 
     /// Runs `batch` in one transaction, then has every command answered:
     /// with its result once durable, with 503 when the commit failed.
-    fn commit_group(&mut self, batch: &mut Vec<WriteCmd>) {
+    fn commit_group(&mut self, batch: &mut Vec<Box<dyn Queued>>) {
         if !self.helpers.poisoned.load(Ordering::Relaxed) && !self.file.still_there() {
             tracing::error!(
                 database = %self.file.path.display(),
@@ -353,8 +368,7 @@ impl Writer {
                 if let Some(indexer) = self.helpers.indexer.as_mut() {
                     indexer.touched();
                 }
-                self.helpers.checkpointer.0.nudge();
-                let recent = &self.helpers.recent;
+                self.nudge();
                 let mut durable = Vec::new();
                 for (cmd, applied) in batch.drain(..).zip(results) {
                     match applied {
@@ -363,12 +377,10 @@ impl Writer {
                             tracing::error!(error = %reason, "a write failed on its own; the rest of its group committed");
                             cmd.fail(StoreError::Unavailable(reason));
                         }
-                        Ok(applied)
-                            if self.helpers.syncer.is_none() || cmd.answers_before_sync() =>
-                        {
-                            cmd.answer(applied, recent);
+                        Ok(()) if self.helpers.syncer.is_none() || cmd.at_commit() => {
+                            cmd.answer();
                         }
-                        Ok(applied) => durable.push((cmd, applied)),
+                        Ok(()) => durable.push(cmd),
                     }
                 }
                 if let Some((syncer, _)) = &self.helpers.syncer
@@ -376,9 +388,11 @@ impl Writer {
                 {
                     syncer.sync_then_answer(durable);
                 }
-                if self.helpers.checkpointer.0.take_restart() {
+                if let Some((nudge, _)) = &self.helpers.checkpointer
+                    && nudge.take_restart()
+                {
                     self.restart_wal();
-                    self.helpers.checkpointer.0.restarted();
+                    nudge.restarted();
                 }
             }
             Err(e) => {
@@ -388,6 +402,13 @@ impl Writer {
                     cmd.fail(StoreError::Unavailable(reason.clone()));
                 }
             }
+        }
+    }
+
+    /// Tells the checkpointer that pages were committed.
+    fn nudge(&self) {
+        if let Some((nudge, _)) = &self.helpers.checkpointer {
+            nudge.nudge();
         }
     }
 
@@ -444,11 +465,11 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::ingest::Insert;
     use crate::store::models::{Inserted, NewEvent, Origin};
-    use tokio::sync::oneshot;
+    use crate::store::write::{Answer, ask};
 
-    fn insert(delivery: &str) -> (WriteCmd, oneshot::Receiver<Result<Inserted, StoreError>>) {
-        let (reply, rx) = oneshot::channel();
+    fn insert(delivery: &str) -> (Box<dyn Queued>, Answer<Inserted>) {
         let event = NewEvent {
             source: "s".to_owned(),
             delivery_id: delivery.to_owned(),
@@ -461,7 +482,10 @@ mod tests {
             body: bytes::Bytes::from_static(b"{}"),
             destinations: vec!["default".into()],
         };
-        (WriteCmd::Insert { event, reply }, rx)
+        ask(Insert {
+            event,
+            recent: Arc::default(),
+        })
     }
 
     fn db() -> Connection {
@@ -479,21 +503,20 @@ mod tests {
     #[test]
     fn a_command_that_fails_on_its_own_is_rolled_back_alone_and_its_group_commits() {
         let mut conn = db();
-        let batch = ["a", "poison", "b"].map(|d| insert(d).0);
-        let results = apply_group(&mut conn, &batch).unwrap();
-        assert!(matches!(
-            results[0],
-            Ok(Applied::Inserted(Inserted::New(_)))
-        ));
-        let err = results[1]
-            .as_ref()
-            .err()
-            .expect("the poisoned insert fails");
+        let (mut batch, mut answers): (Vec<_>, Vec<_>) =
+            ["a", "poison", "b"].map(insert).into_iter().unzip();
+        let results = apply_group(&mut conn, &mut batch).unwrap();
+        // What each write did, as its asker hears it.
+        for (cmd, result) in batch.into_iter().zip(&results) {
+            if result.is_ok() {
+                cmd.answer();
+            }
+        }
+        let mut answer = |i: usize| answers[i].try_recv().ok().and_then(Result::ok);
+        assert!(matches!(answer(0), Some(Inserted::New(_))));
+        let err = results[1].as_ref().expect_err("the poisoned insert fails");
         assert!(format!("{err:#}").contains("poisoned row"), "{err:#}");
-        assert!(matches!(
-            results[2],
-            Ok(Applied::Inserted(Inserted::New(_)))
-        ));
+        assert!(matches!(answer(2), Some(Inserted::New(_))));
         let stored: Vec<String> = conn
             .prepare("SELECT delivery_id FROM events ORDER BY id")
             .unwrap()
@@ -514,7 +537,7 @@ mod tests {
             .unwrap()
         };
         assert_eq!(received(&conn), 2);
-        apply_group(&mut conn, &[insert("a").0, insert("c").0]).unwrap();
+        apply_group(&mut conn, &mut [insert("a").0, insert("c").0]).unwrap();
         assert_eq!(received(&conn), 3);
     }
 
@@ -529,8 +552,8 @@ mod tests {
              BEGIN SELECT RAISE(ROLLBACK, 'whole transaction'); END;",
         )
         .unwrap();
-        let batch = ["a", "rollback", "b"].map(|d| insert(d).0);
-        let Err(err) = apply_group(&mut conn, &batch) else {
+        let mut batch = ["a", "rollback", "b"].map(|d| insert(d).0);
+        let Err(err) = apply_group(&mut conn, &mut batch) else {
             panic!("the group must fail as a whole");
         };
         assert!(format!("{err:#}").contains("rolled back the whole transaction"));

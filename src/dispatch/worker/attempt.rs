@@ -18,7 +18,9 @@ use crate::clock;
 use crate::dispatch::breaker::Verdict;
 use crate::dispatch::{Attempt, Deliverer, Job, Outcome, backoff};
 use crate::metrics::AttemptOutcome;
-use crate::store::deliveries::{self, AttemptRecord, Claimed, INTERRUPTED, Settled};
+use crate::store::deliveries::{
+    self, AttemptRecord, Claimed, INTERRUPTED, Record, Release, Settled,
+};
 use crate::store::{Store, WriterHandle};
 
 impl Dispatcher {
@@ -91,7 +93,7 @@ impl Dispatcher {
                 counted: !(probe && matches!(settled, Settled::Retry(_))),
             };
             let error = record.error.clone();
-            match writer.record(record, now).await {
+            match writer.queue(Record { record, now }).await {
                 Ok(()) if settled == Settled::Dead => {
                     alerts.dead(
                         &job.source,
@@ -150,7 +152,7 @@ async fn run(
                 "cannot read the event's body; trying again shortly, no attempt counted"
             );
             tokio::time::sleep(BODY_READ_PAUSE).await;
-            if let Err(e) = writer.release(vec![claimed.lease()]).await {
+            if let Err(e) = writer.write(Release(vec![claimed.lease()])).await {
                 tracing::warn!(error = %e, "cannot give the claim back; its lease runs out");
             }
             None

@@ -59,7 +59,7 @@ use crate::alerts::Alerter;
 use crate::clock;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::command::Claims;
+use crate::store::deliveries::{Claim, Claims, Release};
 use crate::store::deliveries::{ClaimFrom, Claimed, Lease};
 use crate::store::pauses::PauseOp;
 use crate::store::{Store, StoreError, WriterHandle};
@@ -251,9 +251,14 @@ impl Dispatcher {
                 last_claim_at = now;
                 last_claim = Instant::now();
                 claim = Some(Box::pin(async move {
-                    writer
-                        .claim(wanted, now, lease_until, clock_went_back, held)
-                        .await
+                    let claim = Claim {
+                        lanes: wanted,
+                        now,
+                        lease_until,
+                        clock_went_back,
+                        renew: held,
+                    };
+                    writer.write(claim).await
                 }));
                 next_due = None;
             }
@@ -354,7 +359,7 @@ impl Dispatcher {
         }
         let writer = self.writer.clone();
         tokio::spawn(async move {
-            if let Err(e) = writer.release(leases).await {
+            if let Err(e) = writer.write(Release(leases)).await {
                 tracing::warn!(error = %e, "cannot give back a paused destination's claims; their leases run out");
             }
         });
@@ -473,7 +478,7 @@ impl Dispatcher {
         if release.is_empty() {
             return;
         }
-        if let Err(e) = self.writer.release(release).await {
+        if let Err(e) = self.writer.write(Release(release)).await {
             tracing::warn!(error = %e, "cannot release leases; the next start clears them");
         }
     }

@@ -9,7 +9,7 @@ use crate::clock;
 use crate::dispatch::board::Status;
 use crate::dispatch::breaker::Change;
 use crate::store::WriterHandle;
-use crate::store::deliveries::Lease;
+use crate::store::deliveries::{Lease, MakeDue};
 use crate::store::pauses::{Cause, Pause, PauseOp};
 
 impl Dispatcher {
@@ -100,7 +100,12 @@ impl Dispatcher {
     fn flush(&self, source: String, destination: String) {
         let (writer, wake) = (self.writer.clone(), self.wake.clone());
         tokio::spawn(async move {
-            if let Err(e) = writer.make_due(source, destination, clock::now_ms()).await {
+            let due = MakeDue {
+                source,
+                destination,
+                now: clock::now_ms(),
+            };
+            if let Err(e) = writer.write(due).await {
                 tracing::warn!(error = %e, "cannot make a resumed destination's backlog due; it goes as scheduled");
             }
             wake.notify_one();
@@ -155,7 +160,7 @@ pub(super) async fn persist(
     mut ops: tokio::sync::mpsc::UnboundedReceiver<PauseOp>,
 ) {
     while let Some(op) = ops.recv().await {
-        if let Err(e) = writer.pause(op).await {
+        if let Err(e) = writer.write(op).await {
             tracing::warn!(error = %e, "cannot keep a destination's pause; after a restart its breaker learns it again");
         }
     }

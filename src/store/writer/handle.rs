@@ -1,28 +1,25 @@
 //! The writer's sending side: what every other part of hookbox holds to
-//! write, and the checks it makes before a command is queued (a poisoned
-//! store, a resend answered from memory, a full queue).
+//! write. It sends any [`Write`] and knows none of them; it also says
+//! whether the writer is alive and the store ready.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::{MIN_FREE_BYTES, POISONED, READY_CACHE};
-use crate::store::command::{Claims, WriteCmd};
-use crate::store::deliveries::{AttemptRecord, ClaimFrom, Lease};
+use super::{MIN_FREE_BYTES, READY_CACHE};
 use crate::store::error::StoreError;
-use crate::store::models::{Inserted, NewEvent};
+use crate::store::ingest::Ping;
 use crate::store::recent::RecentKeys;
 use crate::store::rejections::{Rejection, RejectionQueue};
-use crate::store::replay::ReplayFilter;
-use crate::store::retention::PruneBatch;
+use crate::store::write::{Queued, Write, ask};
 
 /// The sending side: cheap to clone, one per part that writes.
 #[derive(Clone)]
 pub struct WriterHandle {
-    pub(super) tx: mpsc::Sender<WriteCmd>,
+    pub(super) tx: mpsc::Sender<Box<dyn Queued>>,
     pub(super) recent: Arc<RecentKeys>,
     /// The database's directory, whose free space readiness checks.
     pub(super) dir: Arc<PathBuf>,
@@ -40,26 +37,9 @@ pub struct WriterHandle {
 }
 
 impl WriterHandle {
-    /// Stores an event, answering once it is durable (or a known duplicate).
-    pub async fn insert(&self, event: NewEvent) -> Result<Inserted, StoreError> {
-        // A remembered key proves nothing once the store is poisoned (its
-        // file may be gone).
-        if self.poisoned.load(Ordering::Relaxed) {
-            return Err(StoreError::Unavailable(POISONED.into()));
-        }
-        if let Some(id) = self.recent.get(&event.source, &event.delivery_id) {
-            return Ok(Inserted::Duplicate(id));
-        }
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Insert { event, reply })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
     /// Round-trips a small durable write through the writer.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Ping { reply })?;
-        rx.await.map_err(|_| StoreError::Closed)?
+        self.write(Ping).await
     }
 
     /// Whether the writer is alive, for the watchdog: a ping commits within
@@ -70,11 +50,8 @@ impl WriterHandle {
     pub async fn heartbeat(&self, within: Duration) -> Result<(), StoreError> {
         let before = self.progress.load(Ordering::Relaxed);
         let ping = async {
-            let (reply, rx) = oneshot::channel();
-            self.tx
-                .send(WriteCmd::Ping { reply })
-                .await
-                .map_err(|_| StoreError::Closed)?;
+            let (queued, rx) = ask(Ping);
+            self.enqueue(queued, true).await?;
             rx.await.map_err(|_| StoreError::Closed)?
         };
         match tokio::time::timeout(within, ping).await {
@@ -123,150 +100,21 @@ impl WriterHandle {
         }
     }
 
-    /// A catch-up job's write, answered once durable. Waits for room in
-    /// the queue: the job is in no hurry, and ingest comes first.
-    pub async fn catchup(
-        &self,
-        op: crate::store::jobs::Op,
-    ) -> Result<crate::store::jobs::Done, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::Catchup { op, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
+    /// Runs `write` in the next group; answers once it is durable (or
+    /// committed: [`Write::AT_COMMIT`]). When the queue is full, answers
+    /// [`StoreError::Overloaded`] at once, or waits for room
+    /// ([`Write::WAITS_FOR_ROOM`]).
+    pub async fn write<W: Write>(&self, write: W) -> Result<W::Output, StoreError> {
+        let (queued, rx) = ask(write);
+        self.enqueue(queued, W::WAITS_FOR_ROOM).await?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Renews the leases in `renew`, then leases up to the given number of
-    /// due deliveries of each lane.
-    pub async fn claim(
-        &self,
-        lanes: Vec<ClaimFrom>,
-        now: i64,
-        lease_until: i64,
-        clock_went_back: bool,
-        renew: Vec<Lease>,
-    ) -> Result<Claims, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Claim {
-            lanes,
-            now,
-            lease_until,
-            clock_went_back,
-            renew,
-            reply,
-        })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Queues an attempt's outcome; it commits with the next group. Waits
-    /// for room rather than dropping it when ingest has filled the queue:
-    /// a dropped outcome would mean a second delivery.
-    pub async fn record(&self, record: AttemptRecord, now: i64) -> Result<(), StoreError> {
-        self.tx
-            .send(WriteCmd::Record { record, now })
-            .await
-            .map_err(|_| StoreError::Closed)
-    }
-
-    /// Applies a pull consumer's `op` to the leases it names in lane
-    /// (`source`, `destination`), durably; answers how each stood.
-    pub async fn pulled(
-        &self,
-        source: String,
-        destination: String,
-        leases: Vec<crate::store::pull_leases::PullLease>,
-        op: crate::store::pull_leases::Op,
-        now: i64,
-    ) -> Result<crate::store::pull_leases::Outcome, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Pulled {
-            source,
-            destination,
-            leases,
-            op,
-            now,
-            reply,
-        })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Makes a resumed destination's backlog due now; answers once
-    /// committed.
-    pub async fn make_due(
-        &self,
-        source: String,
-        destination: String,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::MakeDue {
-                source,
-                destination,
-                now,
-                reply,
-            })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Gives back leases that will not be used, durably.
-    pub async fn release(&self, leases: Vec<Lease>) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Release { leases, reply })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Puts matching dead or delivered deliveries back to pending (and
-    /// creates those the filters ask for), durably and all at once.
-    pub async fn replay(&self, filters: Vec<ReplayFilter>, now: i64) -> Result<usize, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteCmd::Replay {
-            filters,
-            now,
-            reply,
-        })?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Prunes a retention batch, durably; returns how many rows changed.
-    /// Waits for room in the queue rather than fail: retention is never
-    /// in a hurry, and it yields to ingest by queueing behind it.
-    pub async fn prune(&self, batch: PruneBatch) -> Result<usize, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::Prune { batch, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Caches a fetched named IP set, durably. Waits for room in the
-    /// queue: a refresh is never in a hurry.
-    pub async fn save_ip_set(
-        &self,
-        name: String,
-        set: crate::store::ip_sets::CachedSet,
-    ) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::SaveIpSet { name, set, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Pauses or resumes a destination, durably. Waits for room in the
-    /// queue: rare, and the caller needs it done.
-    pub async fn pause(&self, op: crate::store::pauses::PauseOp) -> Result<(), StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteCmd::Pause { op, reply })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
+    /// Queues `write` for the next group without waiting for its answer:
+    /// for a write whose failure its own [`Write::failed`] handles.
+    pub async fn queue<W: Write>(&self, write: W) -> Result<(), StoreError> {
+        let (queued, _) = ask(write);
+        self.enqueue(queued, W::WAITS_FOR_ROOM).await
     }
 
     /// Records a refused request, without waiting: dropped and counted
@@ -275,10 +123,23 @@ impl WriterHandle {
         self.rejections.push(rejection);
     }
 
-    fn send(&self, cmd: WriteCmd) -> Result<(), StoreError> {
-        self.tx.try_send(cmd).map_err(|e| match e {
+    async fn enqueue(&self, queued: Box<dyn Queued>, wait: bool) -> Result<(), StoreError> {
+        if wait {
+            return self.tx.send(queued).await.map_err(|_| StoreError::Closed);
+        }
+        self.tx.try_send(queued).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => StoreError::Overloaded,
             mpsc::error::TrySendError::Closed(_) => StoreError::Closed,
         })
+    }
+
+    /// Whether a fatal error made the store refuse everything.
+    pub(in crate::store) fn poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Relaxed)
+    }
+
+    /// Keys of events durably stored lately (`super::super::recent`).
+    pub(in crate::store) fn recent(&self) -> &Arc<RecentKeys> {
+        &self.recent
     }
 }

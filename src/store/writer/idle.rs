@@ -11,9 +11,9 @@ use rusqlite::TransactionBehavior;
 use tokio::sync::mpsc;
 
 use super::{FAILURE_LOG_INTERVAL, POISONED, Writer};
-use crate::store::command::WriteCmd;
 use crate::store::rejections::{self, FLUSH_CHUNK, FLUSH_EVERY, Rejection};
 use crate::store::search::{self, Indexer};
+use crate::store::write::Queued;
 
 /// Quiet time after a group before the writer indexes for search.
 const INDEX_WHEN_IDLE: Duration = Duration::from_millis(20);
@@ -39,9 +39,9 @@ impl Writer {
     /// webhook inbox's bursts end.
     pub(super) fn next_command(
         &mut self,
-        rx: &mut mpsc::Receiver<WriteCmd>,
+        rx: &mut mpsc::Receiver<Box<dyn Queued>>,
         timer: Option<&tokio::runtime::Runtime>,
-    ) -> Option<WriteCmd> {
+    ) -> Option<Box<dyn Queued>> {
         use mpsc::error::TryRecvError;
         loop {
             match rx.try_recv() {
@@ -117,7 +117,7 @@ impl Writer {
         if let Ok(seen) = indexer.step(&mut self.conn, rows)
             && seen > 0
         {
-            self.helpers.checkpointer.0.nudge();
+            self.nudge();
             tracing::trace!(
                 events = seen,
                 took_us = started.elapsed().as_micros() as u64,
@@ -177,7 +177,7 @@ impl Writer {
             self.folds = rejections::Folds::default();
         }
         written?;
-        self.helpers.checkpointer.0.nudge();
+        self.nudge();
         Ok(())
     }
 }
