@@ -60,7 +60,10 @@
 //! [`clock`] is the wall clock the store and the verifiers read (tests can
 //! shift it); [`outbound`] holds the HTTP client settings every outbound
 //! request shares; [`notify`] speaks to systemd; [`telemetry`] sets up
-//! logging; [`error`] is every answer that is not "stored"; [`excerpt`]
+//! logging; [`signature`] is the HMAC, the constant-time comparison and
+//! the Standard Webhooks scheme that receive verifies with and dispatch and
+//! alerts sign with (like config, it imports nothing of hookbox);
+//! [`error`] is every answer that is not "stored"; [`excerpt`]
 //! cuts text to a length for people to read; [`manual`]
 //! generates the man pages and completions; [`private_file`] writes files
 //! only hookbox's user may read.
@@ -96,6 +99,7 @@ pub mod pull;
 pub mod receive;
 pub mod server;
 pub mod shutdown;
+pub mod signature;
 pub mod store;
 pub mod telemetry;
 pub mod tls;

@@ -1,5 +1,5 @@
 //! hookbox's own JSON alert, signed the Standard Webhooks way (the same
-//! signer as url destinations, `crate::dispatch::sign`), so any Standard
+//! signer as url destinations, `crate::signature::standard`), so any Standard
 //! Webhooks library verifies it with the alert's `signing_secret`.
 //!
 //! Body: `{"type": "hookbox.alert.<condition>", "timestamp": RFC 3339,
@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::Message;
 use crate::clock;
-use crate::dispatch::sign;
+use crate::signature::standard;
 
 pub fn request(
     post: RequestBuilder,
@@ -23,7 +23,7 @@ pub fn request(
 ) -> anyhow::Result<RequestBuilder> {
     let body = serde_json::to_vec(&body(message))?;
     let timestamp = clock::now_secs();
-    let signature = sign::signature(key, msg_id, timestamp, &body);
+    let signature = standard::signature(key, msg_id, timestamp, &body);
     Ok(post
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header("webhook-id", msg_id)

@@ -5,27 +5,13 @@
 //! `webhook-signature: v1,<base64 HMAC-SHA256>` over
 //! `webhook-id + "." + webhook-timestamp + "." + body`, keyed with the
 //! base64-decoded part of `deliver.signing_secret` after `whsec_` (config
-//! validation decodes it). The receiving side of the same scheme is
-//! `crate::receive::standard`.
+//! validation decodes it). The scheme itself, signing and verifying, is
+//! `crate::signature::standard`; this file adds the id hookbox gives an
+//! event.
 
-use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 
-use crate::receive::verify::hmac_sha256;
-
-/// The `webhook-signature` value for one request: `v1,<base64>`.
-///
-/// The result is sensitive enough to keep out of logs and error excerpts
-/// (it is a valid signature for this body); callers only put it in the
-/// header.
-pub fn signature(key: &[u8], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-    let ts = timestamp.to_string();
-    let mac = hmac_sha256(key, &[msg_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
-    format!(
-        "v1,{}",
-        base64::engine::general_purpose::STANDARD.encode(mac)
-    )
-}
+pub use crate::signature::standard::signature;
 
 /// The `webhook-id` of an event: `msg_` + 32 hex digits, the first 128 bits
 /// of SHA-256(`source` NUL `delivery_id`).

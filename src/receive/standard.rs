@@ -10,9 +10,11 @@
 //! secret without the prefix means the same key); this is the opposite of
 //! Stripe, which uses its `whsec_` string as-is. `Secret::standard_key`
 //! (in config) decodes it, for this verifier and for the keys hookbox signs
-//! its own deliveries and alerts with. Every `v1` entry is tried, since
-//! senders sign with old and new keys during rotation; `v1a`, `v2` and
-//! other labels are skipped, so a header without a usable `v1` is rejected.
+//! its own deliveries and alerts with. The signature itself is checked by
+//! `crate::signature::standard`, the same code hookbox signs with: every
+//! `v1` entry is tried, since senders sign with old and new keys during
+//! rotation; `v1a`, `v2` and other labels are skipped, so a header without
+//! a usable `v1` is rejected.
 //! Svix senders use `svix-id`, `svix-timestamp` and `svix-signature`; when a
 //! `svix-signature` is present all three `svix-*` headers are used,
 //! otherwise all three `webhook-*` ones, never a mix.
@@ -20,12 +22,10 @@
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::signature::standard::{self, Mismatch};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
-use super::verify::{
-    MAX_CANDIDATES, VerifyError, any_signature_matches, check_timestamp, decode_base64, header,
-    header_str,
-};
+use super::verify::{VerifyError, check_timestamp, header, header_str};
 
 pub struct Standard {
     keys: Vec<Vec<u8>>,
@@ -70,21 +70,10 @@ impl Standard {
             .ok_or(VerifyError::MalformedSignature)?;
         let ts = header(req.headers, ts_name).ok_or(VerifyError::MissingTimestamp)?;
         check_timestamp(ts, now, self.tolerance_secs)?;
-        let candidates: Vec<Vec<u8>> = value
-            .split(|&b| b == b' ')
-            .filter_map(|entry| entry.strip_prefix(b"v1,"))
-            .filter_map(decode_base64)
-            .filter(|sig| !sig.is_empty())
-            .collect();
-        if candidates.is_empty() || candidates.len() > MAX_CANDIDATES {
-            return Err(VerifyError::MalformedSignature);
-        }
-        let parts: [&[u8]; 5] = [id, b".", ts, b".", req.body];
-        if any_signature_matches(&self.keys, &parts, &candidates) {
-            Ok(())
-        } else {
-            Err(VerifyError::InvalidSignature)
-        }
+        standard::verify(&self.keys, id, ts, value, req.body).map_err(|m| match m {
+            Mismatch::Malformed => VerifyError::MalformedSignature,
+            Mismatch::Invalid => VerifyError::InvalidSignature,
+        })
     }
 
     pub fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
