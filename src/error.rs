@@ -15,24 +15,33 @@
 //! "detail": "state: ..."}`). There an internal failure (a read that
 //! failed) is a 500: nothing is lost by it and nobody should retry blindly.
 //! It is logged once, with its cause chain, and answered opaquely.
+//!
+//! This module imports nothing of hookbox: a variant carries its reason
+//! (and the facts an explanation needs), and the module that knows the
+//! cause converts into it (`crate::receive` turns its `VerifyError` and
+//! `IdentifyError` into [`ApiError::Unverified`] and
+//! [`ApiError::Unidentified`]).
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::receive::payload::IdentifyError;
-use crate::receive::verify::VerifyError;
-
 /// Seconds a client is asked to wait after a 503.
 pub const RETRY_AFTER_SECS: u32 = 5;
 
 #[derive(Debug)]
 pub enum ApiError {
-    /// 401: the signature or its timestamp did not check out.
-    Unverified(VerifyError),
+    /// 401: the signature or its timestamp did not check out; `reason`
+    /// says which part (never what was expected). `age_secs`: how old a
+    /// timestamp out of tolerance was (negative: ahead of our clock), for
+    /// the operator's explanation, never for the answer.
+    Unverified {
+        reason: &'static str,
+        age_secs: Option<i64>,
+    },
     /// 400: signed correctly but not storable (no id, bad JSON).
-    Unidentified(IdentifyError),
+    Unidentified(&'static str),
     /// 404: no enabled source by that name.
     UnknownSource,
     /// 413: the body is over the source's limit.
@@ -79,7 +88,7 @@ pub enum ApiError {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Unverified(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unverified { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Unidentified(_) | ApiError::BodyUnreadable | ApiError::UnknownClient(_) => {
                 StatusCode::BAD_REQUEST
             }
@@ -101,8 +110,7 @@ impl ApiError {
 
     pub fn reason(&self) -> &'static str {
         match self {
-            ApiError::Unverified(e) => e.reason(),
-            ApiError::Unidentified(e) => e.reason(),
+            ApiError::Unverified { reason, .. } => reason,
             ApiError::UnknownSource => "unknown_source",
             ApiError::BodyTooLarge => "body_too_large",
             ApiError::BodyTimeout => "body_timeout",
@@ -115,7 +123,9 @@ impl ApiError {
             ApiError::BadRequest { reason, .. }
             | ApiError::Conflict { reason, .. }
             | ApiError::GaveUp { reason, .. } => reason,
-            ApiError::NotFound(reason) | ApiError::UnknownClient(reason) => reason,
+            ApiError::NotFound(reason)
+            | ApiError::UnknownClient(reason)
+            | ApiError::Unidentified(reason) => reason,
             ApiError::Internal(_) => "internal",
         }
     }

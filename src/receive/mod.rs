@@ -210,12 +210,12 @@ pub async fn receive(
     // A body that never comes holds a connection and a reader's place for
     // the whole body timeout, at no cost to whoever sends it: it counts
     // like a forged signature.
-    if let Err(ApiError::Unverified(_) | ApiError::BodyTimeout) =
+    if let Err(ApiError::Unverified { .. } | ApiError::BodyTimeout) =
         answer.as_ref().map_err(|r| &r.error)
     {
         rx.edge.failed(client);
     }
-    if let Err(ApiError::Unverified(_)) = answer.as_ref().map_err(|r| &r.error) {
+    if let Err(ApiError::Unverified { .. }) = answer.as_ref().map_err(|r| &r.error) {
         rx.alerts.rejected(&source.name);
     }
     let took = started.elapsed();

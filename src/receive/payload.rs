@@ -9,6 +9,8 @@ use std::cell::OnceCell;
 use axum::http::HeaderMap;
 use serde_json::Value;
 
+use crate::error::ApiError;
+
 /// One received request: headers, the exact body bytes, and the query.
 pub struct Inbound<'a> {
     pub headers: &'a HeaderMap,
@@ -100,6 +102,12 @@ impl IdentifyError {
             IdentifyError::MissingDeliveryId => "missing_delivery_id",
             IdentifyError::InvalidJson => "invalid_json",
         }
+    }
+}
+
+impl From<IdentifyError> for ApiError {
+    fn from(e: IdentifyError) -> Self {
+        ApiError::Unidentified(e.reason())
     }
 }
 

@@ -70,10 +70,15 @@ impl Recorder<'_> {
             ..Detail::default()
         };
         match e {
-            ApiError::Unverified(VerifyError::InvalidSignature) => {
+            ApiError::Unverified { reason, .. }
+                if *reason == VerifyError::InvalidSignature.reason() =>
+            {
                 detail.secrets = self.source.map(|s| s.secrets);
             }
-            ApiError::Unverified(VerifyError::TimestampOutOfTolerance { age_secs }) => {
+            ApiError::Unverified {
+                age_secs: Some(age_secs),
+                ..
+            } => {
                 detail.age_secs = Some(*age_secs);
                 detail.tolerance_secs = self.source.map(|s| s.tolerance_secs);
             }

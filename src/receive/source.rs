@@ -216,8 +216,8 @@ impl Source {
         now_ms: i64,
     ) -> Result<Examined, ApiError> {
         let req = Inbound::new(headers, &body).with_query(query);
-        self.verify(&req, now_ms).map_err(ApiError::Unverified)?;
-        let identity = match self.identify(&req).map_err(ApiError::Unidentified)? {
+        self.verify(&req, now_ms)?;
+        let identity = match self.identify(&req)? {
             Identified::Handshake(answer) => return Ok(Examined::Handshake(answer)),
             Identified::Event(identity) => identity,
         };

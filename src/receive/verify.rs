@@ -11,6 +11,7 @@ use axum::http::HeaderMap;
 use sha2::Sha256;
 
 use crate::config::Secret;
+use crate::error::ApiError;
 pub use crate::signature::{
     MAX_CANDIDATES, any_key_matches, any_signature_matches, ct_eq, hmac_sha256,
 };
@@ -46,6 +47,19 @@ impl VerifyError {
             VerifyError::MissingTimestamp => "missing_timestamp",
             VerifyError::MalformedTimestamp => "malformed_timestamp",
             VerifyError::TimestampOutOfTolerance { .. } => "timestamp_out_of_tolerance",
+        }
+    }
+}
+
+impl From<VerifyError> for ApiError {
+    fn from(e: VerifyError) -> Self {
+        let age_secs = match e {
+            VerifyError::TimestampOutOfTolerance { age_secs } => Some(age_secs),
+            _ => None,
+        };
+        ApiError::Unverified {
+            reason: e.reason(),
+            age_secs,
         }
     }
 }
