@@ -15,7 +15,11 @@
 //!    file per provider kind (`receive::github`, `receive::stripe`, ...),
 //!    which checks the signature on the raw bytes and yields the delivery
 //!    id, event type and ordering key, or a handshake answer that is never
-//!    stored. [`config::route`] picks the destinations whose filters take it.
+//!    stored. Each such file implements `receive::provider::Provider` (its
+//!    facts for validation, kept headers, verify, identify, handshakes)
+//!    and is one line of `receive::registry`, the table of kinds config
+//!    validation is handed. [`config::route`] picks the destinations whose
+//!    filters take it.
 //! 4. [`store`] owns the database. A resend of a recently stored key is
 //!    answered at once (`store::ingest`); anything else becomes a write
 //!    for the writer thread (`store::writer`), the only connection that
@@ -53,7 +57,8 @@
 //! # Around them
 //!
 //! [`config`] turns TOML into a validated `Config` with resolved secrets;
-//! it is a leaf (it uses no other module here), so it also holds what
+//! it is a leaf (it uses no other module here; the provider kinds are
+//! handed to it by whoever loads it), so it also holds what
 //! validation must parse exactly as the runtime reads it: destination
 //! filters (`config::route`), command argv (`config::argv`), encoded keys
 //! (`config::Secret`) and the TLS certificate pair (`config::cert`).

@@ -179,7 +179,11 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     }
-    let result = hookbox::config::from_toml(text, "fuzz.toml".into());
+    let result = hookbox::config::from_toml(
+        text,
+        "fuzz.toml".into(),
+        &hookbox::receive::registry::PROVIDERS,
+    );
     let printed = output(&result);
 
     if let Ok(config) = &result {

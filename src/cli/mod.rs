@@ -16,6 +16,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::config::{self, Config};
+use crate::receive::registry::PROVIDERS;
 
 pub mod alerts;
 pub mod args;
@@ -40,9 +41,9 @@ pub use args::{
 /// code is 2, as for any bad usage.
 pub fn load_config(path: Option<&Path>, secrets: bool) -> Result<Config, ExitCode> {
     let loaded = if secrets {
-        config::load(path)
+        config::load(path, &PROVIDERS)
     } else {
-        config::load_without_secrets(path)
+        config::load_without_secrets(path, &PROVIDERS)
     };
     loaded.map_err(|e| {
         eprint!("{e}");

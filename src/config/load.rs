@@ -8,35 +8,36 @@
 
 use std::path::{Path, PathBuf};
 
+use super::kind::PLACEHOLDER_SECRET;
 use super::{
-    Config, ConfigError, Kind, RawConfig, RawDestinations, RawSource, SYSTEM_CONFIG, secret,
-    validate,
+    Config, ConfigError, Kinds, RawConfig, RawDestinations, RawSource, SYSTEM_CONFIG, validate,
 };
 
 /// Loads the config: `path` if given, else [`SYSTEM_CONFIG`] when it
-/// exists, else the embedded default.
-pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-    load_with(path, |raw| raw)
+/// exists, else the embedded default. Sources may name any of `kinds`.
+pub fn load(path: Option<&Path>, kinds: &dyn Kinds) -> Result<Config, ConfigError> {
+    load_with(path, kinds, |raw| raw)
 }
-
-/// A secret that is valid for every kind (the published Standard Webhooks
-/// test-vector secret), standing in for secrets not resolved.
-const PLACEHOLDER_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// [`load`] for the commands that only read or copy the database
 /// (`events`, `backup`, `purge`, `replay`, `healthcheck`): secrets are not
 /// resolved but stood in for, and catch-up, TLS and the admin token, which
 /// they do not use, are left out. So `sudo hookbox events` works outside
 /// the unit, without `$CREDENTIALS_DIRECTORY` or the key files.
-pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> {
-    load_with(path, |mut raw| {
+pub fn load_without_secrets(path: Option<&Path>, kinds: &dyn Kinds) -> Result<Config, ConfigError> {
+    load_with(path, kinds, |mut raw| {
         raw.admin.token = None;
         raw.server.tls = None;
         // Alerts are only sent by `serve` and `hookbox alerts test`.
         raw.alerts.clear();
         for source in &mut raw.sources {
+            // An unknown kind keeps the general placeholder; validation
+            // names the kind.
+            let placeholder = kinds
+                .find(&source.kind)
+                .map_or(PLACEHOLDER_SECRET, |k| k.facts().placeholder_secret);
             for secret in &mut source.secrets {
-                *secret = placeholder_secret(source.kind).to_owned();
+                *secret = placeholder.to_owned();
             }
             if source.verify_token.is_some() {
                 source.verify_token = Some(PLACEHOLDER_SECRET.to_owned());
@@ -57,18 +58,9 @@ pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> 
     })
 }
 
-/// [`PLACEHOLDER_SECRET`], or for the kinds whose secrets are public keys
-/// a key of the right shape (from the vectors in `tests/vectors/`).
-fn placeholder_secret(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Discord => secret::DISCORD_PLACEHOLDER_KEY,
-        Kind::Sendgrid => secret::SENDGRID_PLACEHOLDER_KEY,
-        _ => PLACEHOLDER_SECRET,
-    }
-}
-
 fn load_with(
     path: Option<&Path>,
+    kinds: &dyn Kinds,
     prepare: impl FnOnce(RawConfig) -> RawConfig,
 ) -> Result<Config, ConfigError> {
     let path = path
@@ -81,11 +73,11 @@ fn load_with(
                 origin: origin.clone(),
                 problems: vec![format!("cannot read the file: {e}")],
             })?;
-            validate(prepare(parse(&text, &origin)?), origin)
+            validate(prepare(parse(&text, &origin)?), origin, kinds)
         }
         None => {
             let (raw, disabled) = embedded();
-            let mut config = validate(prepare(raw), "embedded default".to_owned())?;
+            let mut config = validate(prepare(raw), "embedded default".to_owned(), kinds)?;
             config.disabled_defaults = disabled;
             Ok(config)
         }
@@ -146,17 +138,18 @@ pub(super) fn hide_quoted_strings(message: &str) -> String {
     out
 }
 
-/// Parses and validates TOML text.
-pub fn from_toml(text: &str, origin: String) -> Result<Config, ConfigError> {
-    validate(parse(text, &origin)?, origin)
+/// Parses and validates TOML text; sources may name any of `kinds`.
+pub fn from_toml(text: &str, origin: String, kinds: &dyn Kinds) -> Result<Config, ConfigError> {
+    validate(parse(text, &origin)?, origin, kinds)
 }
 
 /// The embedded default's sources and the variable holding each secret.
-pub(super) const EMBEDDED_SOURCES: [(Kind, &str); 4] = [
-    (Kind::Github, "GITHUB_WEBHOOK_SECRET"),
-    (Kind::Stripe, "STRIPE_WEBHOOK_SECRET"),
-    (Kind::Shopify, "SHOPIFY_WEBHOOK_SECRET"),
-    (Kind::Standard, "STANDARD_WEBHOOK_SECRET"),
+/// Each source is named after its kind.
+pub(super) const EMBEDDED_SOURCES: [(&str, &str); 4] = [
+    ("github", "GITHUB_WEBHOOK_SECRET"),
+    ("stripe", "STRIPE_WEBHOOK_SECRET"),
+    ("shopify", "SHOPIFY_WEBHOOK_SECRET"),
+    ("standard", "STANDARD_WEBHOOK_SECRET"),
 ];
 
 /// The embedded default: `github`, `stripe`, `shopify` and `standard`
@@ -166,11 +159,11 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
     let mut raw = RawConfig::default();
     let mut disabled = Vec::new();
     for (kind, var) in EMBEDDED_SOURCES {
-        let name = kind.as_str().to_owned();
+        let name = kind.to_owned();
         if std::env::var(var).is_ok_and(|v| !v.is_empty()) {
             raw.sources.push(RawSource {
                 name,
-                kind,
+                kind: kind.to_owned(),
                 enabled: true,
                 secrets: vec![format!("env:{var}")],
                 tolerance: None,

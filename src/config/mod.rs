@@ -14,7 +14,8 @@
 //! This module holds the top-level types ([`RawConfig`], [`Config`],
 //! [`ConfigError`]); each table has a file of its own, which owns its raw
 //! and validated types and its checks: `server.rs`, `source.rs` (with
-//! `kind.rs` and the generic scheme in `hmac.rs`), `deliver.rs`,
+//! the generic scheme in `hmac.rs`, and `kind.rs`: what a provider kind
+//! tells validation, handed in by `crate::receive`'s registry), `deliver.rs`,
 //! `catchup.rs`, `edge.rs`, `tls.rs`, `admin.rs`, `alerts.rs`, `ops.rs`.
 //! `load.rs` finds and parses the file, `validate.rs` checks the whole,
 //! `redact.rs` keeps secrets out of what is printed or passed on.
@@ -55,12 +56,10 @@ pub use catchup::{
 pub use deliver::{DEFAULT_NAME, DeliverConfig, Destination, RawDeliver, RawDestinations};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use hmac::{Encoding, Field, HmacConfig, IdFrom, PayloadPart, RawHmac};
-pub use kind::Kind;
+pub use kind::{DEFAULT_TOLERANCE, Kind, KindFacts, Kinds, PLACEHOLDER_SECRET, any_secret};
 pub use load::{embedded, from_toml, load, load_without_secrets};
 pub use ops::{BackupConfig, RetentionConfig, SearchConfig};
-pub use secret::{
-    DISCORD_PLACEHOLDER_KEY, SENDGRID_PLACEHOLDER_KEY, Secret, resolve as resolve_secret,
-};
+pub use secret::{Secret, resolve as resolve_secret};
 pub use server::{DEFAULT_MAX_BODY_BYTES, Durability, RawServer};
 pub use source::{RawSource, SourceConfig};
 pub use tls::{AcmeConfig, RawAcme, RawTls, TlsConfig, TlsFiles};

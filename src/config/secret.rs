@@ -6,16 +6,15 @@
 //! lives in [`Secret`], whose `Debug` and `Display` print `[redacted]` so it
 //! cannot leak through a log line, an error or a panic message.
 //!
-//! Some kinds' secrets are encoded keys: a Standard Webhooks `whsec_`
-//! secret (also what hookbox signs its own deliveries and alerts with), and
-//! the public keys Discord and SendGrid show. Their decoding lives here, on
-//! [`Secret`], so that validation (which names a bad key in `hookbox check`)
-//! and the verifiers in `crate::receive` read a key the same way.
+//! A Standard Webhooks `whsec_` secret is an encoded key, decoded here
+//! ([`Secret::standard_key`]) because hookbox also signs its own deliveries
+//! and alerts with one, which validation checks. The keys of provider kinds
+//! (Discord's and SendGrid's public keys) are decoded by their provider
+//! files in `crate::receive`, which declare the check validation runs.
 
 use std::fmt;
 use std::path::Path;
 
-use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1, ED25519, ParsedPublicKey};
 use base64::Engine as _;
 
 /// A resolved secret value. Read it with [`Secret::expose`], which makes
@@ -39,51 +38,7 @@ impl Secret {
         let encoded = self.0.strip_prefix("whsec_").unwrap_or(&self.0);
         decode_base64(encoded).filter(|key| !key.is_empty())
     }
-
-    /// A Discord application public key: exactly 32 bytes as hex.
-    pub fn discord_public_key(&self) -> Result<ParsedPublicKey, String> {
-        let bytes = hex::decode(&self.0)
-            .ok()
-            .filter(|b| b.len() == 32)
-            .ok_or("a Discord public key is 64 hex characters (the application's Public Key, on its General Information page)")?;
-        ParsedPublicKey::new(&ED25519, bytes)
-            .map_err(|_| "this Discord public key is not a valid Ed25519 key".to_owned())
-    }
-
-    /// A SendGrid verification key: base64 of a DER SubjectPublicKeyInfo
-    /// for a P-256 key, bare or inside `-----BEGIN PUBLIC KEY-----` lines.
-    pub fn sendgrid_public_key(&self) -> Result<ParsedPublicKey, String> {
-        let text = self.0.trim();
-        let base64: String = match text.strip_prefix("-----BEGIN PUBLIC KEY-----") {
-            Some(rest) => rest
-                .trim_end()
-                .strip_suffix("-----END PUBLIC KEY-----")
-                .ok_or("a PEM public key ends with -----END PUBLIC KEY-----")?
-                .split_whitespace()
-                .collect(),
-            None => text.to_owned(),
-        };
-        let der = decode_base64(&base64).ok_or(
-            "a SendGrid verification key is base64 (Settings → Mail Settings → Event Webhook → Signature Verification)",
-        )?;
-        // aws-lc-rs also takes a bare curve point; SendGrid gives, and its SDK
-        // reads, only the DER SubjectPublicKeyInfo, which is a SEQUENCE.
-        if der.first() != Some(&0x30) {
-            return Err("a SendGrid verification key is a DER SubjectPublicKeyInfo".to_owned());
-        }
-        ParsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, der)
-            .map_err(|_| "this SendGrid verification key is not a P-256 public key".to_owned())
-    }
 }
-
-/// A valid Ed25519 public key (RFC 8032 section 7.1, test 1), standing in
-/// for keys not read by commands that do not verify.
-pub const DISCORD_PLACEHOLDER_KEY: &str =
-    "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
-
-/// A valid P-256 public key (made for this purpose; its private half was
-/// discarded), standing in for keys not read by commands that do not verify.
-pub const SENDGRID_PLACEHOLDER_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEtMBmvDJNwyZB2ldgvrIWK14DpckWJm3qVkOS4cVJ6f62VhfhHrUP77BksoIj7O2AlPlsy2Q0fR2+Y4PTsq/rAg==";
 
 /// Standard base64 with padding, strictly, as every provider here encodes
 /// keys.
@@ -206,42 +161,5 @@ mod tests {
         );
         assert_eq!(Secret::new("whsec_").standard_key(), None);
         assert_eq!(Secret::new("whsec_not base64!").standard_key(), None);
-    }
-
-    #[test]
-    fn discord_public_keys_must_be_32_bytes_of_hex() {
-        const RFC_KEY: &str = "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c";
-        assert!(
-            Secret::new(DISCORD_PLACEHOLDER_KEY)
-                .discord_public_key()
-                .is_ok()
-        );
-        for bad in [&RFC_KEY[..62], "zz", "", &format!("{RFC_KEY}00")] {
-            assert!(Secret::new(bad).discord_public_key().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn sendgrid_keys_decode_bare_or_as_pem_and_nothing_else() {
-        const KEY: &str = SENDGRID_PLACEHOLDER_KEY;
-        let parse = |text: &str| Secret::new(text).sendgrid_public_key();
-        assert!(parse(KEY).is_ok());
-        let pem = format!(
-            "-----BEGIN PUBLIC KEY-----\n{}\n{}\n-----END PUBLIC KEY-----\n",
-            &KEY[..64],
-            &KEY[64..]
-        );
-        assert!(parse(&pem).is_ok());
-        let unpadded = KEY.trim_end_matches('=');
-        let point = {
-            let der = decode_base64(KEY).unwrap();
-            base64::engine::general_purpose::STANDARD.encode(&der[der.len() - 65..])
-        };
-        for bad in ["", "not base64!", unpadded, &KEY[4..], &point] {
-            assert!(parse(bad).is_err(), "{bad}");
-        }
-        // A key for another algorithm (Ed25519, in SPKI form) is refused.
-        let ed25519 = "MCowBQYDK2VwAyEA11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";
-        assert!(parse(ed25519).is_err());
     }
 }

@@ -17,9 +17,9 @@ use super::hmac::{self, HmacConfig, RawHmac};
 use super::secret::{self, Secret};
 use super::server::RawServer;
 use super::{
-    AllowIps, DeliverConfig, GithubRedeliveryConfig, GitlabRedeliveryConfig, Kind, RawDestinations,
-    RawGithubRedelivery, RawGitlabRedelivery, RawStripeBackfill, StripeBackfillConfig, catchup,
-    deliver, duration, edge, limits,
+    AllowIps, DeliverConfig, GithubRedeliveryConfig, GitlabRedeliveryConfig, Kind, Kinds,
+    RawDestinations, RawGithubRedelivery, RawGitlabRedelivery, RawStripeBackfill,
+    StripeBackfillConfig, catchup, deliver, duration, edge, limits,
 };
 
 /// `Debug` is written by hand below: `secrets` may hold literals.
@@ -27,14 +27,16 @@ use super::{
 #[serde(deny_unknown_fields)]
 pub struct RawSource {
     pub name: String,
-    pub kind: Kind,
+    /// A provider's name (`crate::receive::registry`); validation looks
+    /// it up among the [`Kinds`] it is given.
+    pub kind: String,
     #[serde(default = "yes")]
     pub enabled: bool,
     /// Secret references; any one matching passes (rotation).
     #[serde(default)]
     pub secrets: Vec<String>,
     /// Allowed clock difference for timestamped schemes, both directions;
-    /// unset: the kind's default ([`Kind::default_tolerance`]).
+    /// unset: the kind's default ([`super::KindFacts::default_tolerance`]).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -130,10 +132,29 @@ pub struct SourceConfig {
     pub verify_token: Option<Secret>,
 }
 
-/// Checks one enabled source, `at` naming it in every problem; `None`
-/// when any problem was found.
+/// The kind `src` names, or a problem naming the kinds there are.
+pub(super) fn find_kind(
+    src: &RawSource,
+    kinds: &dyn Kinds,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<Kind> {
+    let found = kinds.find(&src.kind);
+    if found.is_none() {
+        problems.push(format!(
+            "{at}.kind: unknown kind {:?}; expected one of: {}",
+            src.kind,
+            kinds.names().join(", ")
+        ));
+    }
+    found
+}
+
+/// Checks one enabled source of `kind`, `at` naming it in every problem;
+/// `None` when any problem was found.
 pub(super) fn validate(
     src: &RawSource,
+    kind: Kind,
     server: &RawServer,
     at: &str,
     problems: &mut Vec<String>,
@@ -154,20 +175,15 @@ pub(super) fn validate(
             )),
         }
     }
-    if src.kind == Kind::Standard {
-        for (j, s) in secrets.iter().enumerate() {
-            if s.standard_key().is_none() {
-                problems.push(format!(
-                    "{at}.secrets[{j}]: a Standard Webhooks secret is `whsec_` followed by base64"
-                ));
-            }
+    for (j, s) in secrets.iter().enumerate() {
+        if let Err(why) = (kind.facts().check_secret)(s) {
+            problems.push(format!("{at}.secrets[{j}]: {why}"));
         }
     }
-    check_public_keys(src.kind, &secrets, at, problems);
-    let verify_token = validate_verify_token(src, at, problems);
-    let tolerance = src.tolerance.unwrap_or(src.kind.default_tolerance());
+    let verify_token = validate_verify_token(src, kind, at, problems);
+    let tolerance = src.tolerance.unwrap_or(kind.default_tolerance());
     limits::TOLERANCE.check(at, tolerance, problems);
-    validate_public_url(src, at, problems);
+    validate_public_url(src, kind, at, problems);
     for (j, pointer) in src.order_key.iter().enumerate() {
         if !pointer.starts_with('/') {
             problems.push(format!(
@@ -178,9 +194,9 @@ pub(super) fn validate(
     if let Some(max_body_bytes) = src.max_body_bytes {
         limits::SOURCE_MAX_BODY_BYTES.check(at, max_body_bytes, problems);
     }
-    let hmac = match (&src.hmac, src.kind) {
-        (Some(h), Kind::Hmac) => hmac::validate(h, &format!("{at}.hmac"), problems),
-        (None, Kind::Hmac) => {
+    let hmac = match (&src.hmac, kind.as_str()) {
+        (Some(h), "hmac") => hmac::validate(h, &format!("{at}.hmac"), problems),
+        (None, "hmac") => {
             problems.push(format!(
                 "{at}.hmac: kind \"hmac\" needs an [sources.hmac] table"
             ));
@@ -193,8 +209,8 @@ pub(super) fn validate(
         (None, _) => None,
     };
     let destinations = deliver::validate_all(&src.deliver, at, problems);
-    let github_redelivery = match (&src.github_redelivery, src.kind) {
-        (Some(g), Kind::Github) => {
+    let github_redelivery = match (&src.github_redelivery, kind.as_str()) {
+        (Some(g), "github") => {
             catchup::validate_github(g, &format!("{at}.github_redelivery"), problems)
         }
         (Some(_), _) => {
@@ -203,8 +219,8 @@ pub(super) fn validate(
         }
         (None, _) => None,
     };
-    let gitlab_redelivery = match (&src.gitlab_redelivery, src.kind) {
-        (Some(g), Kind::Gitlab) => {
+    let gitlab_redelivery = match (&src.gitlab_redelivery, kind.as_str()) {
+        (Some(g), "gitlab") => {
             catchup::validate_gitlab(g, &format!("{at}.gitlab_redelivery"), problems)
         }
         (Some(_), _) => {
@@ -213,8 +229,8 @@ pub(super) fn validate(
         }
         (None, _) => None,
     };
-    let stripe_backfill = match (&src.stripe_backfill, src.kind) {
-        (Some(s), Kind::Stripe) => {
+    let stripe_backfill = match (&src.stripe_backfill, kind.as_str()) {
+        (Some(s), "stripe") => {
             catchup::validate_stripe(s, &format!("{at}.stripe_backfill"), problems)
         }
         (Some(_), _) => {
@@ -226,7 +242,7 @@ pub(super) fn validate(
     let allow_ips = edge::validate_allow_ips(&src.allow_ips, at, problems);
     (problems.len() == before).then(|| SourceConfig {
         name: src.name.clone(),
-        kind: src.kind,
+        kind,
         secrets,
         tolerance,
         order_key: src.order_key.clone(),
@@ -247,20 +263,20 @@ pub(super) fn validate(
 /// query is left out because the request's own query string is signed
 /// too, and appended as received: Twilio's JSON callbacks carry their
 /// `bodySHA256` there, different on every request.
-fn validate_public_url(src: &RawSource, at: &str, problems: &mut Vec<String>) {
+fn validate_public_url(src: &RawSource, kind: Kind, at: &str, problems: &mut Vec<String>) {
     let key = format!("{at}.public_url");
     let Some(raw) = &src.public_url else {
-        if src.kind.signs_url() {
+        if kind.signs_url() {
             problems.push(format!(
                 "{key}: kind {:?} signs the URL it calls: set public_url to the URL exactly as \
                  entered in the provider's console (e.g. \"https://hooks.example.com/hooks/{}\")",
-                src.kind.as_str(),
+                kind.as_str(),
                 src.name
             ));
         }
         return;
     };
-    if !src.kind.signs_url() {
+    if !kind.signs_url() {
         problems.push(format!(
             "{key}: only for kinds that sign the URL (\"twilio\", \"square\")"
         ));
@@ -281,25 +297,15 @@ fn validate_public_url(src: &RawSource, at: &str, problems: &mut Vec<String>) {
     }
 }
 
-/// Discord and SendGrid take public keys in `secrets`: each must decode
-/// now, not at the first delivery.
-fn check_public_keys(kind: Kind, secrets: &[Secret], at: &str, problems: &mut Vec<String>) {
-    let check: fn(&Secret) -> Result<(), String> = match kind {
-        Kind::Discord => |s| s.discord_public_key().map(drop),
-        Kind::Sendgrid => |s| s.sendgrid_public_key().map(drop),
-        _ => return,
-    };
-    for (j, s) in secrets.iter().enumerate() {
-        if let Err(why) = check(s) {
-            problems.push(format!("{at}.secrets[{j}]: {why}"));
-        }
-    }
-}
-
 /// `verify_token`: required for kind `meta`, refused elsewhere.
-fn validate_verify_token(src: &RawSource, at: &str, problems: &mut Vec<String>) -> Option<Secret> {
-    match (&src.verify_token, src.kind) {
-        (Some(reference), Kind::Meta) => match secret::resolve(reference) {
+fn validate_verify_token(
+    src: &RawSource,
+    kind: Kind,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<Secret> {
+    match (&src.verify_token, kind.as_str()) {
+        (Some(reference), "meta") => match secret::resolve(reference) {
             Ok(token) => Some(token),
             Err(why) => {
                 problems.push(format!(
@@ -309,7 +315,7 @@ fn validate_verify_token(src: &RawSource, at: &str, problems: &mut Vec<String>) 
                 None
             }
         },
-        (None, Kind::Meta) => {
+        (None, "meta") => {
             problems.push(format!(
                 "{at}.verify_token: kind \"meta\" needs the token you type into Meta's \
                  webhook settings, which its subscription handshake sends back"

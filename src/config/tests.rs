@@ -4,7 +4,11 @@ use super::load::hide_quoted_strings;
 use super::*;
 
 fn load_str(text: &str) -> Result<Config, ConfigError> {
-    from_toml(text, "test".to_owned())
+    from_toml(
+        text,
+        "test".to_owned(),
+        &crate::receive::registry::PROVIDERS,
+    )
 }
 
 #[test]
@@ -791,7 +795,11 @@ fn problems_with(values: &[(&str, toml::Value)]) -> Vec<String> {
     for (key, value) in values {
         set(&mut doc, key, value);
     }
-    match from_toml(&toml::to_string(&doc).unwrap(), "test".to_owned()) {
+    match from_toml(
+        &toml::to_string(&doc).unwrap(),
+        "test".to_owned(),
+        &crate::receive::registry::PROVIDERS,
+    ) {
         Ok(_) => Vec::new(),
         Err(e) => e.problems,
     }

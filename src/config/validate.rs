@@ -5,10 +5,11 @@
 
 use std::collections::HashSet;
 
-use super::{Config, ConfigError, RawConfig, admin, alerts, edge, ops, server, source, tls};
+use super::{Config, ConfigError, Kinds, RawConfig, admin, alerts, edge, ops, server, source, tls};
 
-/// Checks every field and resolves every secret, reporting all problems.
-pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
+/// Checks every field and resolves every secret, reporting all problems;
+/// a source's `kind` must be one of `kinds`.
+pub fn validate(raw: RawConfig, origin: String, kinds: &dyn Kinds) -> Result<Config, ConfigError> {
     let mut problems = Vec::new();
     let server = &raw.server;
     server::validate(server, &mut problems);
@@ -30,10 +31,13 @@ pub fn validate(raw: RawConfig, origin: String) -> Result<Config, ConfigError> {
         if !names.insert(src.name.as_str()) {
             problems.push(format!("{at}.name: another source has this name"));
         }
-        if !src.enabled {
+        // Even a disabled source must name a kind there is: a typo
+        // should not wait for the day it is enabled.
+        let kind = source::find_kind(src, kinds, &at, &mut problems);
+        let Some(kind) = kind.filter(|_| src.enabled) else {
             continue;
-        }
-        if let Some(source) = source::validate(src, server, &at, &mut problems) {
+        };
+        if let Some(source) = source::validate(src, kind, server, &at, &mut problems) {
             sources.push(source);
         }
     }

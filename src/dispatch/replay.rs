@@ -397,6 +397,7 @@ kind = "github"
 secrets = ["s"]
 "#,
             "test".into(),
+            &crate::receive::registry::PROVIDERS,
         )
         .unwrap()
     }

@@ -8,8 +8,8 @@
 //! message is the timestamp text followed by the body bytes, the key and
 //! signature are hex. The `secrets` of a `discord` source are public keys
 //! (the app's *Public Key*, 64 hex characters); several may be listed, as
-//! for any kind, decoded by `Secret::discord_public_key` (in config, so
-//! validation names a bad one). Verification is done by aws-lc-rs, never
+//! for any kind, decoded by [`public_key`], which config validation runs
+//! too (through this kind's facts), so `hookbox check` names a bad one. Verification is done by aws-lc-rs, never
 //! by code here.
 //!
 //! Tolerance: the SDK checks no freshness; hookbox also refuses a timestamp
@@ -25,12 +25,14 @@
 //!   event) and `event.type`. They have no id: the dedupe key is the
 //!   SHA-256 of the body, so only exact re-sends are duplicates.
 
-use aws_lc_rs::signature::ParsedPublicKey;
+use aws_lc_rs::signature::{ED25519, ParsedPublicKey};
 use serde_json::{Value, json};
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, SourceConfig};
 
 use super::payload::{Handshake, Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned, tolerance_secs};
 use super::verify::{VerifyError, body_hash_id, check_timestamp, decode_hex, header};
 
 pub struct Discord {
@@ -41,15 +43,31 @@ pub struct Discord {
 /// Provider headers stored with the event (never the signature).
 pub const KEEP_HEADERS: &[&str] = &["x-signature-timestamp", "user-agent"];
 
+/// A valid Ed25519 public key (RFC 8032 section 7.1, test 1), standing in
+/// for keys not read by commands that do not verify.
+pub const PLACEHOLDER_KEY: &str =
+    "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+
+/// A Discord application public key: exactly 32 bytes as hex.
+pub fn public_key(secret: &Secret) -> Result<ParsedPublicKey, String> {
+    let bytes = hex::decode(secret.expose())
+        .ok()
+        .filter(|b| b.len() == 32)
+        .ok_or("a Discord public key is 64 hex characters (the application's Public Key, on its General Information page)")?;
+    ParsedPublicKey::new(&ED25519, bytes)
+        .map_err(|_| "this Discord public key is not a valid Ed25519 key".to_owned())
+}
+
+fn check_key(secret: &Secret) -> Result<(), String> {
+    public_key(secret).map(drop)
+}
+
 impl Discord {
     /// Config validation has parsed every key already; one that does not
     /// parse here cannot happen and would only never match.
     pub fn new(secrets: &[Secret], tolerance_secs: i64) -> Self {
         Discord {
-            keys: secrets
-                .iter()
-                .filter_map(|s| s.discord_public_key().ok())
-                .collect(),
+            keys: secrets.iter().filter_map(|s| public_key(s).ok()).collect(),
             tolerance_secs,
         }
     }
@@ -120,6 +138,36 @@ fn interaction_type(kind: u64) -> String {
     }
 }
 
+const FACTS: KindFacts = KindFacts {
+    name: "discord",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: check_key,
+    placeholder_secret: PLACEHOLDER_KEY,
+};
+
+impl Provider for Discord {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Discord::new(&cfg.secrets, tolerance_secs(cfg))
+    }
+
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        Discord::verify(self, req, now_ms / 1000)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Discord::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,7 +196,7 @@ mod tests {
 
     #[test]
     fn the_rfc_8032_vector_verifies_through_the_parsed_key() {
-        let key = Secret::new(RFC_KEY).discord_public_key().unwrap();
+        let key = public_key(&Secret::new(RFC_KEY)).unwrap();
         let sig = hex::decode(RFC_SIG).unwrap();
         assert!(key.verify_sig(b"r", &sig).is_ok());
         assert!(key.verify_sig(b"s", &sig).is_err());
@@ -217,5 +265,14 @@ mod tests {
         assert_eq!(identify(b"nope"), Err(IdentifyError::InvalidJson));
         let no_id = br#"{"token":"t","type":2}"#;
         assert_eq!(identify(no_id), Err(IdentifyError::MissingDeliveryId));
+    }
+
+    #[test]
+    fn discord_public_keys_must_be_32_bytes_of_hex() {
+        const RFC_KEY: &str = "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c";
+        assert!(public_key(&Secret::new(PLACEHOLDER_KEY)).is_ok());
+        for bad in [&RFC_KEY[..62], "zz", "", &format!("{RFC_KEY}00")] {
+            assert!(public_key(&Secret::new(bad)).is_err(), "{bad}");
+        }
     }
 }

@@ -7,8 +7,10 @@
 //! never accepted.
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned};
 use super::verify::{VerifyError, any_key_matches, decode_hex, header, header_str, utf8_keys};
 
 pub struct GitHub {
@@ -54,6 +56,36 @@ impl GitHub {
             delivery_id: delivery_id(header_str(req.headers, "x-github-delivery"))?,
             event_type: header_str(req.headers, "x-github-event").map(str::to_owned),
         }))
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "github",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for GitHub {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        GitHub::new(&cfg.secrets)
+    }
+
+    fn verify(&self, req: &Inbound, _now_ms: i64) -> Result<(), VerifyError> {
+        GitHub::verify(self, req)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        GitHub::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
     }
 }
 

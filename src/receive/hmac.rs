@@ -13,9 +13,11 @@
 //! header or a JSON pointer, or, with neither configured, is the SHA-256 of
 //! the body, which dedupes exact re-sends only.
 
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 use crate::config::{Encoding, Field, HmacConfig, IdFrom, PayloadPart, Secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, tolerance_secs};
 use super::verify::{
     VerifyError, any_key_matches, body_hash_id, check_timestamp, decode_base64, decode_hex, header,
     header_str, utf8_keys,
@@ -124,6 +126,42 @@ fn read(req: &Inbound, field: &Field) -> Result<Option<String>, IdentifyError> {
             req.json().ok_or(IdentifyError::InvalidJson)?;
             Ok(req.json_str(pointer))
         }
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "hmac",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Hmac {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Hmac::new(
+            &cfg.secrets,
+            tolerance_secs(cfg),
+            cfg.hmac
+                .as_ref()
+                .expect("config validation requires [sources.hmac] for kind hmac"),
+        )
+    }
+
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        Hmac::verify(self, req, now_ms / 1000)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Hmac::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        Hmac::keep_headers(self)
     }
 }
 

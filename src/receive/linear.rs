@@ -27,14 +27,17 @@
 //! payload. `Linear-Delivery` is kept with the event's headers.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest as _, Sha256};
 
 use crate::config::Secret;
+use crate::config::{KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound};
+use super::provider::{Provider, owned, tolerance_secs};
 use super::verify::{VerifyError, ct_eq, header, header_str, hmac_sha256, utf8_keys};
 
 pub struct Linear {
@@ -124,6 +127,37 @@ fn payload_id(body: &[u8]) -> Result<String, IdentifyError> {
     }
     digest.update(b"}");
     Ok(format!("sha256:{}", hex::encode(digest.finalize())))
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "linear",
+    default_tolerance: Duration::from_secs(60),
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Linear {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Linear::new(&cfg.secrets, tolerance_secs(cfg))
+    }
+
+    /// Linear's timestamp is in milliseconds.
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        Linear::verify(self, req, now_ms)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Linear::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
+    }
 }
 
 #[cfg(test)]

@@ -22,8 +22,10 @@
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned};
 use super::verify::{VerifyError, ct_eq, hmac_sha256, utf8_keys};
 
 pub struct Mailgun {
@@ -142,6 +144,36 @@ impl Mailgun {
             delivery_id: delivery_id(signed.token.as_deref())?,
             event_type: signed.event,
         }))
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "mailgun",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Mailgun {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Mailgun::new(&cfg.secrets)
+    }
+
+    fn verify(&self, req: &Inbound, _now_ms: i64) -> Result<(), VerifyError> {
+        Mailgun::verify(self, req)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Mailgun::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
     }
 }
 

@@ -23,9 +23,11 @@
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::github::GitHub;
 use super::payload::{Identified, IdentifyError, Identity, Inbound, MAX_DELIVERY_ID_LEN};
+use super::provider::{Provider, Refused, owned};
 use super::verify::{VerifyError, body_hash_id, ct_eq};
 
 pub struct Meta {
@@ -42,24 +44,6 @@ const MAX_CHALLENGE_LEN: usize = 256;
 
 /// Provider headers stored with the event (never the signature).
 pub const KEEP_HEADERS: &[&str] = &["user-agent"];
-
-/// Why a handshake was not answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// `hub.verify_token` missing or wrong: 403.
-    WrongToken,
-    /// Not `hub.mode=subscribe` with a challenge: 404.
-    NotAHandshake,
-}
-
-impl Refused {
-    pub fn reason(self) -> &'static str {
-        match self {
-            Refused::WrongToken => "invalid_verify_token",
-            Refused::NotAHandshake => "not_a_handshake",
-        }
-    }
-}
 
 impl Meta {
     /// The key is the app secret's UTF-8 bytes.
@@ -143,6 +127,40 @@ fn entries_key(json: &Value) -> Option<String> {
     } else {
         format!("meta:{}", &body_hash_id(key.as_bytes())["sha256:".len()..])
     })
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "meta",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Meta {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Meta::new(&cfg.secrets, cfg.verify_token.clone())
+    }
+
+    fn verify(&self, req: &Inbound, _now_ms: i64) -> Result<(), VerifyError> {
+        Meta::verify(self, req)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Meta::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
+    }
+
+    fn subscribe(&self, query: &str) -> Option<Result<String, Refused>> {
+        Some(Meta::subscribe(self, query))
+    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@
 //! when the store cannot take it). A 401 and a 408 count toward the
 //! client's failure limit. Every refusal is also recorded for the
 //! rejections table ([`refusal`]), without waiting. Provider specifics live
-//! one file per kind; a configured [`Source`] (`source.rs`) chooses among
-//! them, and this module is the HTTP side.
+//! one file per kind, each implementing [`provider::Provider`] and listed
+//! on one line of [`registry`]; a configured [`Source`] (`source.rs`) is
+//! built from its kind's line, and this module is the HTTP side.
 
 pub mod discord;
 pub mod github;
@@ -24,7 +25,9 @@ pub mod mailgun;
 pub mod meta;
 pub mod paddle;
 pub mod payload;
+pub mod provider;
 mod refusal;
+pub mod registry;
 pub mod sendgrid;
 pub mod shopify;
 pub mod slack;
@@ -64,10 +67,11 @@ use crate::pull::PullHub;
 use crate::store::models::Inserted;
 use crate::store::{StoreError, WriterHandle};
 use payload::Handshake;
+use provider::Refused;
 use refusal::{Recorder, Refusal};
 
 pub use source::Source;
-use source::{Examined, INLINE_VERIFY_MAX, Verifier};
+use source::{Examined, INLINE_VERIFY_MAX};
 
 /// What the receive route needs.
 #[derive(Clone)]
@@ -247,9 +251,9 @@ pub async fn receive(
     })
 }
 
-/// `GET /hooks/{source}`: Meta's subscription handshake, for `meta`
-/// sources only (any other source answers 405, as before the route took
-/// `GET`). The edge checks the client as for a delivery, and a wrong
+/// `GET /hooks/{source}`: a subscription handshake, for the kinds that
+/// have one (`Provider::subscribe`: Meta's); any other source answers
+/// 405, as before the route took `GET`. The edge checks the client as for a delivery, and a wrong
 /// `hub.verify_token` counts toward the client's failure limit like a
 /// forged signature: the token is a password. Nothing is stored.
 pub async fn handshake(
@@ -280,7 +284,8 @@ pub async fn handshake(
         }
     };
     recorder.client = Some(client);
-    let Verifier::Meta(meta) = &source.verifier else {
+    let query = parts.uri.query().unwrap_or("");
+    let Some(answer) = source.verifier.subscribe(query) else {
         metrics.rejected("method_not_allowed", started.elapsed());
         recorder.record(405, "method_not_allowed", None, Default::default());
         let body = Json(json!({ "error": "method_not_allowed" }));
@@ -291,13 +296,13 @@ pub async fn handshake(
         )
             .into_response());
     };
-    match meta.subscribe(parts.uri.query().unwrap_or("")) {
+    match answer {
         Ok(challenge) => {
             metrics.challenge(started.elapsed());
             Ok(echo(challenge))
         }
         Err(refused) => {
-            if refused == meta::Refused::WrongToken {
+            if refused == Refused::WrongToken {
                 rx.edge.failed(client);
             }
             if let Some(held_back) = source.refusal_log.pass(Instant::now()) {
@@ -305,8 +310,8 @@ pub async fn handshake(
             }
             metrics.rejected(refused.reason(), started.elapsed());
             let status = match refused {
-                meta::Refused::WrongToken => StatusCode::FORBIDDEN,
-                meta::Refused::NotAHandshake => StatusCode::NOT_FOUND,
+                Refused::WrongToken => StatusCode::FORBIDDEN,
+                Refused::NotAHandshake => StatusCode::NOT_FOUND,
             };
             recorder.record(status.as_u16(), refused.reason(), None, Default::default());
             Ok((status, Json(json!({ "error": refused.reason() }))).into_response())

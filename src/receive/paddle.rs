@@ -17,11 +17,15 @@
 //! The dedupe key is the body's `event_id` (`evt_…`), which Paddle keeps
 //! across its retries; the event type is `event_type`.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::config::{KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned, tolerance_secs};
 use super::verify::{
     MAX_CANDIDATES, VerifyError, any_signature_matches, check_timestamp, decode_hex, header,
     utf8_keys,
@@ -84,6 +88,36 @@ impl Paddle {
                 .filter(|t| !t.is_empty())
                 .map(str::to_owned),
         }))
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "paddle",
+    default_tolerance: Duration::from_secs(5),
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Paddle {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Paddle::new(&cfg.secrets, tolerance_secs(cfg))
+    }
+
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        Paddle::verify(self, req, now_ms / 1000)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Paddle::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
     }
 }
 

@@ -9,8 +9,8 @@
 //! body, hashed with SHA-256. The `secrets` of a `sendgrid` source are
 //! public keys as SendGrid shows them (base64 of the DER
 //! SubjectPublicKeyInfo; a PEM block is accepted too), several allowed,
-//! decoded by `Secret::sendgrid_public_key` (in config, so validation
-//! names a bad one).
+//! decoded by [`public_key`], which config validation runs too (through
+//! this kind's facts), so `hookbox check` names a bad one.
 //! Verification is done by aws-lc-rs, never by code here.
 //!
 //! Tolerance: none, like the SDK. The timestamp is signed and must be
@@ -24,12 +24,14 @@
 //! The event type is the first item's `event`.
 
 use aws_lc_rs::digest;
-use aws_lc_rs::signature::ParsedPublicKey;
+use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1, ParsedPublicKey};
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, SourceConfig};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned};
 use super::verify::{VerifyError, body_hash_id, decode_base64, header};
 
 pub struct Sendgrid {
@@ -39,15 +41,45 @@ pub struct Sendgrid {
 /// Provider headers stored with the event (never the signature).
 pub const KEEP_HEADERS: &[&str] = &["x-twilio-email-event-webhook-timestamp", "user-agent"];
 
+/// A valid P-256 public key (made for this purpose; its private half was
+/// discarded), standing in for keys not read by commands that do not verify.
+pub const PLACEHOLDER_KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEtMBmvDJNwyZB2ldgvrIWK14DpckWJm3qVkOS4cVJ6f62VhfhHrUP77BksoIj7O2AlPlsy2Q0fR2+Y4PTsq/rAg==";
+
+/// A SendGrid verification key: base64 of a DER SubjectPublicKeyInfo
+/// for a P-256 key, bare or inside `-----BEGIN PUBLIC KEY-----` lines.
+pub fn public_key(secret: &Secret) -> Result<ParsedPublicKey, String> {
+    let text = secret.expose().trim();
+    let base64: String = match text.strip_prefix("-----BEGIN PUBLIC KEY-----") {
+        Some(rest) => rest
+            .trim_end()
+            .strip_suffix("-----END PUBLIC KEY-----")
+            .ok_or("a PEM public key ends with -----END PUBLIC KEY-----")?
+            .split_whitespace()
+            .collect(),
+        None => text.to_owned(),
+    };
+    let der = decode_base64(base64.as_bytes()).ok_or(
+        "a SendGrid verification key is base64 (Settings → Mail Settings → Event Webhook → Signature Verification)",
+    )?;
+    // aws-lc-rs also takes a bare curve point; SendGrid gives, and its SDK
+    // reads, only the DER SubjectPublicKeyInfo, which is a SEQUENCE.
+    if der.first() != Some(&0x30) {
+        return Err("a SendGrid verification key is a DER SubjectPublicKeyInfo".to_owned());
+    }
+    ParsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, der)
+        .map_err(|_| "this SendGrid verification key is not a P-256 public key".to_owned())
+}
+
+fn check_key(secret: &Secret) -> Result<(), String> {
+    public_key(secret).map(drop)
+}
+
 impl Sendgrid {
     /// Config validation has parsed every key already; one that does not
     /// parse here cannot happen and would only never match.
     pub fn new(secrets: &[Secret]) -> Self {
         Sendgrid {
-            keys: secrets
-                .iter()
-                .filter_map(|s| s.sendgrid_public_key().ok())
-                .collect(),
+            keys: secrets.iter().filter_map(|s| public_key(s).ok()).collect(),
         }
     }
 
@@ -101,13 +133,43 @@ impl Sendgrid {
     }
 }
 
+const FACTS: KindFacts = KindFacts {
+    name: "sendgrid",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: check_key,
+    placeholder_secret: PLACEHOLDER_KEY,
+};
+
+impl Provider for Sendgrid {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Sendgrid::new(&cfg.secrets)
+    }
+
+    fn verify(&self, req: &Inbound, _now_ms: i64) -> Result<(), VerifyError> {
+        Sendgrid::verify(self, req)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Sendgrid::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderMap;
 
     fn sendgrid() -> Sendgrid {
-        Sendgrid::new(&[Secret::new(crate::config::SENDGRID_PLACEHOLDER_KEY)])
+        Sendgrid::new(&[Secret::new(PLACEHOLDER_KEY)])
     }
 
     #[test]
@@ -158,5 +220,30 @@ mod tests {
             Err(IdentifyError::InvalidJson)
         );
         assert_eq!(identify(b"nope"), Err(IdentifyError::InvalidJson));
+    }
+
+    #[test]
+    fn sendgrid_keys_decode_bare_or_as_pem_and_nothing_else() {
+        use base64::Engine as _;
+        const KEY: &str = PLACEHOLDER_KEY;
+        let parse = |text: &str| public_key(&Secret::new(text));
+        assert!(parse(KEY).is_ok());
+        let pem = format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n{}\n-----END PUBLIC KEY-----\n",
+            &KEY[..64],
+            &KEY[64..]
+        );
+        assert!(parse(&pem).is_ok());
+        let unpadded = KEY.trim_end_matches('=');
+        let point = {
+            let der = decode_base64(KEY.as_bytes()).unwrap();
+            base64::engine::general_purpose::STANDARD.encode(&der[der.len() - 65..])
+        };
+        for bad in ["", "not base64!", unpadded, &KEY[4..], &point] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        // A key for another algorithm (Ed25519, in SPKI form) is refused.
+        let ed25519 = "MCowBQYDK2VwAyEA11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";
+        assert!(parse(ed25519).is_err());
     }
 }

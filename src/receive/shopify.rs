@@ -13,8 +13,10 @@
 //! so rotation means configuring the old and the new client secret.
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned};
 use super::verify::{VerifyError, any_key_matches, decode_base64, header, header_str, utf8_keys};
 
 pub struct Shopify {
@@ -73,6 +75,36 @@ impl Shopify {
             delivery_id: delivery_id(either(req, "shopify-webhook-id"))?,
             event_type: either(req, "shopify-topic").map(str::to_owned),
         }))
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "shopify",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Shopify {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Shopify::new(&cfg.secrets)
+    }
+
+    fn verify(&self, req: &Inbound, _now_ms: i64) -> Result<(), VerifyError> {
+        Shopify::verify(self, req)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Shopify::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
     }
 }
 

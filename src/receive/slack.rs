@@ -20,8 +20,10 @@
 use serde_json::{Value, json};
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Handshake, Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned, tolerance_secs};
 use super::verify::{
     VerifyError, any_key_matches, body_hash_id, check_timestamp, decode_hex, header, utf8_keys,
 };
@@ -89,6 +91,36 @@ impl Slack {
                 .or_else(|| text("/type"))
                 .map(str::to_owned),
         }))
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "slack",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Slack {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Slack::new(&cfg.secrets, tolerance_secs(cfg))
+    }
+
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        Slack::verify(self, req, now_ms / 1000)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Slack::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
     }
 }
 

@@ -19,8 +19,11 @@
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned};
+use super::source::public_url;
 use super::verify::{VerifyError, any_key_matches, decode_base64, header, utf8_keys};
 
 pub struct Square {
@@ -63,6 +66,36 @@ impl Square {
             delivery_id: delivery_id(text("event_id"))?,
             event_type: text("type").filter(|t| !t.is_empty()).map(str::to_owned),
         }))
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "square",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: true,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Square {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Square::new(&cfg.secrets, public_url(cfg))
+    }
+
+    fn verify(&self, req: &Inbound, _now_ms: i64) -> Result<(), VerifyError> {
+        Square::verify(self, req)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Square::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
     }
 }
 

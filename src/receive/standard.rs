@@ -22,10 +22,20 @@
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig};
 use crate::signature::standard::{self, Mismatch};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned, tolerance_secs};
 use super::verify::{VerifyError, check_timestamp, header, header_str};
+
+/// A secret is base64 after an optional `whsec_` ([`Secret::standard_key`]).
+fn check_key(secret: &Secret) -> Result<(), String> {
+    secret
+        .standard_key()
+        .map(drop)
+        .ok_or_else(|| "a Standard Webhooks secret is `whsec_` followed by base64".to_owned())
+}
 
 pub struct Standard {
     keys: Vec<Vec<u8>>,
@@ -86,6 +96,36 @@ impl Standard {
             delivery_id: delivery_id(header_str(req.headers, names(req)[0]))?,
             event_type,
         }))
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "standard",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: check_key,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Standard {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Standard::new(&cfg.secrets, tolerance_secs(cfg))
+    }
+
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        Standard::verify(self, req, now_ms / 1000)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Standard::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
     }
 }
 

@@ -16,8 +16,10 @@
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned, tolerance_secs};
 use super::verify::{
     MAX_CANDIDATES, VerifyError, any_signature_matches, check_timestamp, decode_hex, header,
     utf8_keys,
@@ -93,6 +95,36 @@ pub fn identify(req: &Inbound) -> Result<Identified, IdentifyError> {
         delivery_id: delivery_id(id.as_deref())?,
         event_type: text("type").map(str::to_owned),
     }))
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "stripe",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Stripe {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Stripe::new(&cfg.secrets, tolerance_secs(cfg))
+    }
+
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        Stripe::verify(self, req, now_ms / 1000)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Stripe::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
+    }
 }
 
 #[cfg(test)]

@@ -41,8 +41,11 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound};
+use super::provider::{Provider, owned};
+use super::source::public_url;
 use super::verify::{
     VerifyError, ct_eq, decode_base64, header, header_str, hmac_sha256, utf8_keys,
 };
@@ -390,6 +393,36 @@ fn escape(text: &str) -> String {
         }
     }
     out
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "twilio",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: true,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Twilio {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Twilio::new(&cfg.secrets, public_url(cfg))
+    }
+
+    fn verify(&self, req: &Inbound, _now_ms: i64) -> Result<(), VerifyError> {
+        Twilio::verify(self, req)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Twilio::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
+    }
 }
 
 #[cfg(test)]

@@ -19,13 +19,16 @@
 //! `webhook_callback_verification` message is a handshake: once verified,
 //! its `challenge` is answered as `text/plain`, and it is not stored.
 
+use std::time::Duration;
 use std::time::UNIX_EPOCH;
 
 use serde_json::Value;
 
 use crate::config::Secret;
+use crate::config::{KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{Handshake, Identified, IdentifyError, Identity, Inbound, delivery_id};
+use super::provider::{Provider, owned, tolerance_secs};
 use super::verify::{VerifyError, any_key_matches, decode_hex, header, header_str, utf8_keys};
 
 pub struct Twitch {
@@ -111,6 +114,36 @@ fn parse_timestamp(raw: &[u8]) -> Option<i64> {
     let at = humantime::parse_rfc3339(text).ok()?;
     let secs = at.duration_since(UNIX_EPOCH).ok()?.as_secs();
     i64::try_from(secs).ok()
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "twitch",
+    default_tolerance: Duration::from_secs(600),
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Twitch {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Twitch::new(&cfg.secrets, tolerance_secs(cfg))
+    }
+
+    fn verify(&self, req: &Inbound, now_ms: i64) -> Result<(), VerifyError> {
+        Twitch::verify(self, req, now_ms / 1000)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Twitch::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
+    }
 }
 
 #[cfg(test)]

@@ -23,10 +23,12 @@
 use serde_json::{Value, json};
 
 use crate::config::Secret;
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
 
 use super::payload::{
     Handshake, Identified, IdentifyError, Identity, Inbound, MAX_DELIVERY_ID_LEN, delivery_id,
 };
+use super::provider::{Provider, owned};
 use super::verify::{VerifyError, ct_eq, decode_hex, header, hmac_sha256, utf8_keys};
 
 pub struct Zoom {
@@ -127,6 +129,36 @@ impl Zoom {
         Ok(Handshake::Json(
             json!({ "plainToken": token, "encryptedToken": encrypted }),
         ))
+    }
+}
+
+const FACTS: KindFacts = KindFacts {
+    name: "zoom",
+    default_tolerance: DEFAULT_TOLERANCE,
+    signs_url: false,
+    check_secret: any_secret,
+    placeholder_secret: PLACEHOLDER_SECRET,
+};
+
+impl Provider for Zoom {
+    fn facts() -> &'static KindFacts {
+        &FACTS
+    }
+
+    fn from_config(cfg: &SourceConfig) -> Self {
+        Zoom::new(&cfg.secrets)
+    }
+
+    fn verify(&self, req: &Inbound, _now_ms: i64) -> Result<(), VerifyError> {
+        Zoom::verify(self, req)
+    }
+
+    fn identify(&self, req: &Inbound) -> Result<Identified, IdentifyError> {
+        Zoom::identify(self, req)
+    }
+
+    fn keep_headers(&self) -> Vec<String> {
+        owned(KEEP_HEADERS)
     }
 }
 

@@ -85,6 +85,7 @@ name = "ci"
 command = ["/bin/true"]
 "#,
             "test".into(),
+            &crate::receive::registry::PROVIDERS,
         )
         .unwrap()
     }

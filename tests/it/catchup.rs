@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use hookbox::catchup::{self, RunReport};
 use hookbox::config::{self, Config};
+use hookbox::receive::registry::PROVIDERS;
 use rusqlite::Connection;
 
 use crate::helpers::*;
@@ -33,7 +34,7 @@ pub fn config_at(db: &Path, sources: &str) -> Config {
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{sources}",
         db.display().to_string()
     );
-    config::from_toml(&text, "test".into()).unwrap()
+    config::from_toml(&text, "test".into(), &PROVIDERS).unwrap()
 }
 
 /// A database at the current schema, as `serve` would leave it.

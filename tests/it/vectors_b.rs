@@ -222,7 +222,9 @@ kind = "github"
 secrets = ["s"]
 verify_token = "t"
 "#;
-    let err = hookbox::config::from_toml(text, "test".into()).unwrap_err();
+    let err =
+        hookbox::config::from_toml(text, "test".into(), &hookbox::receive::registry::PROVIDERS)
+            .unwrap_err();
     let problems = err.problems.join("\n");
     for expected in [
         "sources[0] (\"discord\").secrets[0]: a Discord public key is 64 hex characters",

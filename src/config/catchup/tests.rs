@@ -4,7 +4,11 @@ use super::super::{Config, ConfigError, from_toml};
 use super::*;
 
 fn load(sources: &str) -> Result<Config, ConfigError> {
-    from_toml(sources, "test".to_owned())
+    from_toml(
+        sources,
+        "test".to_owned(),
+        &crate::receive::registry::PROVIDERS,
+    )
 }
 
 const GITHUB: &str = r#"

@@ -69,6 +69,7 @@ const NOT_SECRET: &[&str] = &[
     "sources.hmac.prefix",
     "sources.hmac.signed_payload",
     "sources.hmac.timestamp_header",
+    "sources.kind",
     "sources.name",
     "sources.order_key",
     "sources.public_url",

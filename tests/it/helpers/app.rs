@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use hookbox::app::App;
 use hookbox::config;
+use hookbox::receive::registry::PROVIDERS;
 
 use super::signing::github_request;
 
@@ -69,7 +70,7 @@ impl TestApp {
             "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndatabase = {:?}\n{server_extra}\n[admin]\ntoken = \"{ADMIN_TOKEN}\"\n{sources}",
             db_path.display().to_string()
         );
-        let config = config::from_toml(&text, "test".into()).unwrap();
+        let config = config::from_toml(&text, "test".into(), &PROVIDERS).unwrap();
         let app = App::build(config).await.unwrap();
         let addr = app.public_addr();
         let admin_addr = app.admin_addr();
