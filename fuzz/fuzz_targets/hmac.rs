@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use hookbox::config::{Encoding, Kind, RawConfig, RawHmac, RawSource};
+use hookbox::config::{Encoding, RawConfig, RawHmac, RawSource};
 use hookbox::receive::hmac::Hmac;
 use hookbox::receive::payload::Inbound;
 use hookbox_fuzz::{
@@ -45,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
     let raw = RawConfig {
         sources: vec![RawSource {
             name: "fuzz".into(),
-            kind: Kind::Hmac,
+            kind: "hmac".into(),
             enabled: true,
             secrets: KEYS
                 .iter()
@@ -64,7 +64,11 @@ fuzz_target!(|data: &[u8]| {
         }],
         ..RawConfig::default()
     };
-    let Ok(config) = hookbox::config::validate(raw, "fuzz".into()) else {
+    let Ok(config) = hookbox::config::validate(
+        raw,
+        "fuzz".into(),
+        &hookbox::receive::registry::PROVIDERS,
+    ) else {
         return;
     };
     let source = &config.sources[0];
