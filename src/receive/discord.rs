@@ -28,8 +28,7 @@
 use aws_lc_rs::signature::{ED25519, ParsedPublicKey};
 use serde_json::{Value, json};
 
-use crate::config::Secret;
-use crate::config::{DEFAULT_TOLERANCE, KindFacts, SourceConfig};
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, Secret, SourceConfig};
 
 use super::payload::{Handshake, Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::provider::{Provider, owned, tolerance_secs};

@@ -6,8 +6,9 @@
 //! unchanged when a delivery is redelivered. The legacy SHA-1 header is
 //! never accepted.
 
-use crate::config::Secret;
-use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
+use crate::config::{
+    DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, Secret, SourceConfig, any_secret,
+};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::provider::{Provider, owned};

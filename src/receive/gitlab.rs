@@ -19,8 +19,9 @@ use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::Secret;
-use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
+use crate::config::{
+    DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, Secret, SourceConfig, any_secret,
+};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::provider::{Provider, owned};

@@ -33,8 +33,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest as _, Sha256};
 
-use crate::config::Secret;
-use crate::config::{KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
+use crate::config::{KindFacts, PLACEHOLDER_SECRET, Secret, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound};
 use super::provider::{Provider, owned, tolerance_secs};

@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::config::Secret;
-use crate::config::{KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
+use crate::config::{KindFacts, PLACEHOLDER_SECRET, Secret, SourceConfig, any_secret};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::provider::{Provider, owned, tolerance_secs};

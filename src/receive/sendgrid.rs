@@ -27,8 +27,7 @@ use aws_lc_rs::digest;
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_ASN1, ParsedPublicKey};
 use serde_json::Value;
 
-use crate::config::Secret;
-use crate::config::{DEFAULT_TOLERANCE, KindFacts, SourceConfig};
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, Secret, SourceConfig};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::provider::{Provider, owned};

@@ -12,8 +12,9 @@
 //! are accepted, the prefixed one first. Only one signature is ever sent,
 //! so rotation means configuring the old and the new client secret.
 
-use crate::config::Secret;
-use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
+use crate::config::{
+    DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, Secret, SourceConfig, any_secret,
+};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};
 use super::provider::{Provider, owned};

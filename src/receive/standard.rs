@@ -21,8 +21,7 @@
 
 use serde_json::Value;
 
-use crate::config::Secret;
-use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig};
+use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, Secret, SourceConfig};
 use crate::signature::standard::{self, Mismatch};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound, delivery_id};

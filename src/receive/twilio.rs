@@ -40,8 +40,9 @@ use std::cmp::Ordering;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use crate::config::Secret;
-use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
+use crate::config::{
+    DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, Secret, SourceConfig, any_secret,
+};
 
 use super::payload::{Identified, IdentifyError, Identity, Inbound};
 use super::provider::{Provider, owned};

@@ -22,8 +22,9 @@
 
 use serde_json::{Value, json};
 
-use crate::config::Secret;
-use crate::config::{DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, SourceConfig, any_secret};
+use crate::config::{
+    DEFAULT_TOLERANCE, KindFacts, PLACEHOLDER_SECRET, Secret, SourceConfig, any_secret,
+};
 
 use super::payload::{
     Handshake, Identified, IdentifyError, Identity, Inbound, MAX_DELIVERY_ID_LEN, delivery_id,
