@@ -27,7 +27,7 @@ use crate::admin::{self, AdminState};
 use crate::alerts::{Alerter, Alerts};
 use crate::catchup::CatchupHandle;
 use crate::config::{Config, Secret};
-use crate::dispatch::board::{self, Board};
+use crate::delivery::board::{self, Board};
 use crate::dispatch::worker::Dispatcher;
 use crate::edge::Edge;
 use crate::edge::sets::Refresher;

@@ -88,6 +88,7 @@ pub mod catchup;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod dispatch;
 pub mod edge;
 pub mod error;

@@ -61,7 +61,7 @@ pub struct AdminState {
     /// Wakes pull long-polls after a replay.
     pub pull: Arc<crate::pull::PullHub>,
     /// Each destination's circuit breaker, as the dispatcher last set it.
-    pub board: Arc<crate::dispatch::board::Board>,
+    pub board: Arc<crate::delivery::board::Board>,
     pub metrics: Arc<Metrics>,
     /// Runs a source's catch-up pass on demand.
     pub catchup: CatchupHandle,

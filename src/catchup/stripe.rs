@@ -231,6 +231,6 @@ async fn check(response: reqwest::Response) -> anyhow::Result<reqwest::Response>
         _ => "unexpected answer",
     };
     let bytes = response.bytes().await.unwrap_or_default();
-    let body = crate::dispatch::excerpt(&bytes[..bytes.len().min(300)]);
+    let body = crate::delivery::excerpt(&bytes[..bytes.len().min(300)]);
     bail!("Stripe answered {status} listing events: {hint}: {body}")
 }

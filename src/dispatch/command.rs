@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
-use super::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
+use crate::delivery::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
 use crate::config::argv::{Event, Template};
 
 /// `E2BIG`: the argument list is too long for `execve`.

@@ -1,20 +1,16 @@
 //! Dispatch: handing stored events to the user's code, one attempt at a time.
 //!
-//! This module owns what one attempt is and how it ends: the [`Job`] a
-//! dispatcher is handed, the two destinations that run it ([`url`] POSTs a
-//! Standard Webhooks-signed request, [`command`] runs a program with the body
-//! on stdin), the [`Outcome`] each attempt reports, the retry schedule
-//! ([`backoff`]) and hookbox's outbound signature ([`sign`]). Destinations
-//! never touch the database: they return an [`Attempt`] and the caller
-//! records it.
+//! This module owns the push kinds of destination: [`url`] POSTs a Standard
+//! Webhooks-signed request, [`command`] runs a program with the body on
+//! stdin, and hookbox's outbound signature ([`sign`]). Each makes one
+//! attempt by the contract of `crate::delivery` (a `Job` in, an `Attempt`
+//! out) and never touches the database: the caller records it.
 //!
 //! The loop that claims due events and runs these attempts within each
-//! source's concurrency limit is [`worker`]; claiming, per-key ordering,
-//! settling and replay are SQL, in `crate::store::deliveries`.
+//! source's concurrency limit is [`worker`]; the settle rule, the breaker
+//! and the pauses are `crate::delivery`'s, claiming and per-key ordering
+//! are SQL, in `crate::store::deliveries`.
 
-pub mod backoff;
-pub mod board;
-pub mod breaker;
 pub mod command;
 pub mod replay;
 pub mod sign;
@@ -22,80 +18,9 @@ pub mod url;
 pub mod worker;
 
 use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-use serde_json::Value;
 
 use crate::config::{DeliverConfig, Destination};
-
-/// One attempt to deliver one stored event, with everything the destination
-/// needs (the row's columns, so a destination never reads the database).
-#[derive(Debug, Clone)]
-pub struct Job {
-    /// `events.id`.
-    pub event_id: i64,
-    pub source: String,
-    /// The destination's name (`HOOKBOX_DESTINATION` for a command).
-    pub destination: String,
-    pub delivery_id: String,
-    pub event_type: Option<String>,
-    pub content_type: Option<String>,
-    /// The provider headers stored with the event (`events.headers`),
-    /// lowercase names to string values.
-    pub headers: serde_json::Map<String, Value>,
-    /// The exact bytes received.
-    pub body: Bytes,
-    /// Which attempt this is, 1-based.
-    pub attempt: u32,
-}
-
-/// How an attempt ended, as far as the retry policy is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Delivered,
-    /// Try again later; `retry_after` is what the destination asked for.
-    Retry {
-        retry_after: Option<Duration>,
-    },
-    /// A permanent failure: park the event without retrying.
-    Dead,
-}
-
-/// What one attempt did, for the `attempts` table and the event's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempt {
-    pub outcome: Outcome,
-    /// The HTTP status, for url destinations that got a response.
-    pub status: Option<u16>,
-    pub duration: Duration,
-    /// Why it failed: at most [`EXCERPT_MAX`] bytes, never a secret or a
-    /// signature.
-    pub error: Option<String>,
-}
-
-/// The most bytes an error excerpt keeps (response body, stderr).
-pub const EXCERPT_MAX: usize = 1024;
-
-/// `bytes` as text for an error column: invalid UTF-8 replaced, and cut on a
-/// character boundary with `…` so the result is at most [`EXCERPT_MAX`]
-/// bytes long.
-pub fn excerpt(bytes: &[u8]) -> String {
-    const ELLIPSIS: &str = "…";
-    // Enough input to fill the excerpt; a character split at this cut turns
-    // into U+FFFD past EXCERPT_MAX, where it is cut off below.
-    let head = &bytes[..bytes.len().min(EXCERPT_MAX + 4)];
-    let mut text = String::from_utf8_lossy(head).into_owned();
-    if text.len() > EXCERPT_MAX || bytes.len() > head.len() {
-        let mut cut = EXCERPT_MAX - ELLIPSIS.len();
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str(ELLIPSIS);
-    }
-    text
-}
+use crate::delivery::{Attempt, Job};
 
 /// A source's destination, ready to run jobs.
 pub enum Deliverer {
@@ -147,35 +72,5 @@ impl Deliverer {
             Deliverer::Url(d) => d.deliver(job).await,
             Deliverer::Command(d) => d.deliver(job).await,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn short_text_is_kept_as_is_and_invalid_utf8_replaced() {
-        assert_eq!(excerpt(b"boom"), "boom");
-        assert_eq!(excerpt(b""), "");
-        assert_eq!(excerpt(b"a\xffb"), "a\u{fffd}b");
-        let exact = "x".repeat(EXCERPT_MAX);
-        assert_eq!(excerpt(exact.as_bytes()), exact);
-    }
-
-    #[test]
-    fn long_text_is_cut_on_a_char_boundary_within_the_bound() {
-        let long = "é".repeat(EXCERPT_MAX);
-        let e = excerpt(long.as_bytes());
-        assert!(e.len() <= EXCERPT_MAX, "{}", e.len());
-        assert!(e.ends_with('…'));
-        assert!(e.trim_end_matches('…').chars().all(|c| c == 'é'));
-
-        let big = vec![b'z'; 1 << 20];
-        let e = excerpt(&big);
-        assert!(e.len() <= EXCERPT_MAX && e.len() > EXCERPT_MAX - 8);
-        // Invalid bytes grow threefold when replaced; still bounded.
-        let e = excerpt(&vec![0xff; EXCERPT_MAX]);
-        assert!(e.len() <= EXCERPT_MAX && e.ends_with('…'));
     }
 }

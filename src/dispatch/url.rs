@@ -29,7 +29,8 @@ use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 use reqwest::{Client, Response, Url};
 
-use super::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt, sign};
+use super::sign;
+use crate::delivery::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
 use crate::clock;
 
 /// Stored provider headers that say which event this is (its type, its

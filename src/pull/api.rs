@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::{PullHub, PullLane, Waiting};
 use crate::clock;
-use crate::dispatch::excerpt;
+use crate::delivery::excerpt;
 use crate::error::ApiError;
 use crate::store::StoreError;
 use crate::store::deliveries::{self, ClaimFrom, Claimed, Lease, Release};

@@ -37,8 +37,8 @@ use subtle::ConstantTimeEq as _;
 use tokio::sync::Notify;
 
 use crate::config::{Config, Destination};
-use crate::dispatch::backoff;
-use crate::dispatch::board::Board;
+use crate::delivery::backoff;
+use crate::delivery::board::Board;
 use crate::edge::Edge;
 use crate::store::{Store, WriterHandle};
 

@@ -138,7 +138,7 @@ pub struct ClaimFrom {
 /// What a failed attempt of a lane leaves its delivery as, from the
 /// attempt's number (1-based) and when it failed (unix ms): a retry after
 /// the lane's backoff, or dead after its `max_attempts`. Built from the
-/// destination's settings by `crate::dispatch::backoff::on_failure`.
+/// destination's settings by `crate::delivery::backoff::on_failure`.
 #[derive(Clone)]
 pub struct OnFailure(pub Arc<dyn Fn(u32, i64) -> Settled + Send + Sync>);
 

@@ -1,6 +1,6 @@
 //! The SQL of destination pauses (`destination_pauses`): which
 //! destinations are paused, by hand or by their circuit breaker, so that a
-//! restart keeps them paused. `crate::dispatch::breaker` decides; this
+//! restart keeps them paused. `crate::delivery::breaker` decides; this
 //! module only stores its decisions.
 
 use anyhow::Context;

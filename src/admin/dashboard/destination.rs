@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::session::{Session, check_post};
 use super::view::{csrf_field, time};
 use super::{Dashboard, PageError};
-use crate::dispatch::board::Status;
+use crate::delivery::board::Status;
 
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct CsrfForm {

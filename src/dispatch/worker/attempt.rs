@@ -15,8 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{BODY_READ_PAUSE, Dispatcher, Done};
 use crate::clock;
-use crate::dispatch::breaker::Verdict;
-use crate::dispatch::{Attempt, Deliverer, Job, Outcome, backoff};
+use crate::delivery::breaker::Verdict;
+use crate::delivery::{Attempt, Job, Outcome, backoff};
+use crate::dispatch::Deliverer;
 use crate::metrics::AttemptOutcome;
 use crate::store::deliveries::{
     self, AttemptRecord, Claimed, INTERRUPTED, Record, Release, Settled,

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::PREFETCH;
 use crate::config::DeliverConfig;
 use crate::dispatch::Deliverer;
-use crate::dispatch::breaker::Breaker;
+use crate::delivery::breaker::Breaker;
 use crate::metrics::LaneMetrics;
 use crate::store::deliveries::{ClaimFrom, Claimed, OnFailure};
 

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use super::{Dispatcher, Done};
 use crate::clock;
-use crate::dispatch::board::Status;
-use crate::dispatch::breaker::Change;
+use crate::delivery::board::Status;
+use crate::delivery::breaker::Change;
 use crate::store::WriterHandle;
 use crate::store::deliveries::{Lease, MakeDue};
 use crate::store::pauses::{Cause, Pause, PauseOp};

@@ -1,0 +1,128 @@
+//! The delivery core: what every destination kind shares, push or pull.
+//!
+//! One attempt has one contract: a destination is handed a [`Job`] (the
+//! stored event, bodies included, so it never reads the database) and
+//! answers an [`Attempt`]: delivered, retry (perhaps after the wait the
+//! destination asked for), or a permanent failure, with a reason cut to
+//! [`EXCERPT_MAX`] ([`excerpt`]). Around it sit the rules every kind
+//! obeys, whoever makes the attempt:
+//!
+//! * [`backoff`]: the retry schedule, and the settle rule, the one place
+//!   that says what a failed attempt becomes (a retry, or dead after
+//!   `max_attempts`), for the dispatcher's attempts, a pull consumer's
+//!   nack and a lease that ran out alike;
+//! * [`breaker`]: a destination's circuit breaker, as a state machine;
+//! * [`board`]: every destination's pause state, by hand or by breaker,
+//!   read by whoever hands deliveries out and by the admin API.
+//!
+//! Leases, claims and per-key order are SQL (`crate::store::deliveries`).
+//! The kinds live above this module: `crate::dispatch` pushes (url,
+//! command), `crate::pull` hands deliveries to consumers who ask. This
+//! module imports neither.
+
+pub mod backoff;
+pub mod board;
+pub mod breaker;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+/// One attempt to deliver one stored event, with everything the destination
+/// needs (the row's columns, so a destination never reads the database).
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// `events.id`.
+    pub event_id: i64,
+    pub source: String,
+    /// The destination's name (`HOOKBOX_DESTINATION` for a command).
+    pub destination: String,
+    pub delivery_id: String,
+    pub event_type: Option<String>,
+    pub content_type: Option<String>,
+    /// The provider headers stored with the event (`events.headers`),
+    /// lowercase names to string values.
+    pub headers: serde_json::Map<String, Value>,
+    /// The exact bytes received.
+    pub body: Bytes,
+    /// Which attempt this is, 1-based.
+    pub attempt: u32,
+}
+
+/// How an attempt ended, as far as the retry policy is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Delivered,
+    /// Try again later; `retry_after` is what the destination asked for.
+    Retry {
+        retry_after: Option<Duration>,
+    },
+    /// A permanent failure: park the event without retrying.
+    Dead,
+}
+
+/// What one attempt did, for the `attempts` table and the event's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub outcome: Outcome,
+    /// The HTTP status, for url destinations that got a response.
+    pub status: Option<u16>,
+    pub duration: Duration,
+    /// Why it failed: at most [`EXCERPT_MAX`] bytes, never a secret or a
+    /// signature.
+    pub error: Option<String>,
+}
+
+/// The most bytes an error excerpt keeps (response body, stderr).
+pub const EXCERPT_MAX: usize = 1024;
+
+/// `bytes` as text for an error column: invalid UTF-8 replaced, and cut on a
+/// character boundary with `…` so the result is at most [`EXCERPT_MAX`]
+/// bytes long.
+pub fn excerpt(bytes: &[u8]) -> String {
+    const ELLIPSIS: &str = "…";
+    // Enough input to fill the excerpt; a character split at this cut turns
+    // into U+FFFD past EXCERPT_MAX, where it is cut off below.
+    let head = &bytes[..bytes.len().min(EXCERPT_MAX + 4)];
+    let mut text = String::from_utf8_lossy(head).into_owned();
+    if text.len() > EXCERPT_MAX || bytes.len() > head.len() {
+        let mut cut = EXCERPT_MAX - ELLIPSIS.len();
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(ELLIPSIS);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_kept_as_is_and_invalid_utf8_replaced() {
+        assert_eq!(excerpt(b"boom"), "boom");
+        assert_eq!(excerpt(b""), "");
+        assert_eq!(excerpt(b"a\xffb"), "a\u{fffd}b");
+        let exact = "x".repeat(EXCERPT_MAX);
+        assert_eq!(excerpt(exact.as_bytes()), exact);
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_char_boundary_within_the_bound() {
+        let long = "é".repeat(EXCERPT_MAX);
+        let e = excerpt(long.as_bytes());
+        assert!(e.len() <= EXCERPT_MAX, "{}", e.len());
+        assert!(e.ends_with('…'));
+        assert!(e.trim_end_matches('…').chars().all(|c| c == 'é'));
+
+        let big = vec![b'z'; 1 << 20];
+        let e = excerpt(&big);
+        assert!(e.len() <= EXCERPT_MAX && e.len() > EXCERPT_MAX - 8);
+        // Invalid bytes grow threefold when replaced; still bounded.
+        let e = excerpt(&vec![0xff; EXCERPT_MAX]);
+        assert!(e.len() <= EXCERPT_MAX && e.ends_with('…'));
+    }
+}
