@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::{AdminState, parse_limit};
 use crate::clock;
-use crate::dispatch::replay::{self as plan, BulkError, ReplayError};
+use crate::delivery::replay::{self as plan, BulkError, ReplayError};
 use crate::error::ApiError;
 use crate::store::StoreError;
 use crate::store::models;

@@ -1,6 +1,6 @@
 //! `hookbox replay`: puts deliveries back to pending through a writer of
 //! its own, so it works whether or not a server runs. What may be
-//! replayed, and why not, is `dispatch::replay`'s, in the same words as
+//! replayed, and why not, is `delivery::replay`'s, in the same words as
 //! the admin API; this sends the plan as one write (the admin API's) and
 //! says how many moved.
 
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use super::{ReplayArgs, report, with_store};
 use crate::config::Config;
-use crate::dispatch::replay::{self as plan, BulkError};
+use crate::delivery::replay::{self as plan, BulkError};
 use crate::store::models::State;
 use crate::store::{Replay, queries};
 

@@ -13,7 +13,10 @@
 //!   nack and a lease that ran out alike;
 //! * [`breaker`]: a destination's circuit breaker, as a state machine;
 //! * [`board`]: every destination's pause state, by hand or by breaker,
-//!   read by whoever hands deliveries out and by the admin API.
+//!   read by whoever hands deliveries out and by the admin API;
+//! * [`replay`]: planning a replay (which deliveries go back to pending,
+//!   and why not), in the same words for the admin API, the dashboard and
+//!   `hookbox replay`.
 //!
 //! Leases, claims and per-key order are SQL (`crate::store::deliveries`).
 //! The kinds live above this module: `crate::dispatch` pushes (url,
@@ -23,6 +26,7 @@
 pub mod backoff;
 pub mod board;
 pub mod breaker;
+pub mod replay;
 
 use std::time::Duration;
 

@@ -12,7 +12,6 @@
 //! are SQL, in `crate::store::deliveries`.
 
 pub mod command;
-pub mod replay;
 pub mod sign;
 pub mod url;
 pub mod worker;

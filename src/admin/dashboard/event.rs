@@ -48,7 +48,7 @@ pub(super) async fn detail(
     let e = &d.summary;
     let configured = st.admin.destinations(&e.source);
     let has_body = d.body.is_some();
-    // As the replay itself decides (`dispatch::replay`): only deliveries at
+    // As the replay itself decides (`delivery::replay`): only deliveries at
     // configured destinations move, and an emptied body cannot be
     // delivered again.
     let replayable = |row: &DeliveryRow| {
