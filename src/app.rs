@@ -27,6 +27,7 @@ use crate::admin::{self, AdminState};
 use crate::alerts::{Alerter, Alerts};
 use crate::catchup::CatchupHandle;
 use crate::config::{Config, Secret};
+use crate::delivery::alarm::Alarm;
 use crate::delivery::board::{self, Board};
 use crate::dispatch::worker::Dispatcher;
 use crate::edge::Edge;
@@ -210,7 +211,8 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         .await
         .context("reading the destinations' pauses")?;
     warn_orphans(&config, &store).await;
-    let board = Arc::new(Board::restored(&pauses).with_alerts(alerts.clone()));
+    let alarm = Alarm::new(alerts.clone());
+    let board = Arc::new(Board::restored(&pauses).with_alerts(alarm.clone()));
     let dispatcher = Dispatcher::new(
         &config,
         store.clone(),
@@ -219,7 +221,7 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
         board.clone(),
         &metrics,
     )?
-    .map(|d| d.with_alerts(alerts.clone()));
+    .map(|d| d.with_alerts(alarm.clone()));
     // The admin API may keep a clone of `catchup` to run a pass on demand.
     let catchup = CatchupHandle::new(
         &config,
@@ -261,15 +263,16 @@ async fn serve(parts: Parts, shutdown: CancellationToken) -> anyhow::Result<()> 
             board.clone(),
             shutdown.clone(),
         )
-        .with_alerts(alerts.clone()),
+        .with_alerts(alarm),
     );
-    let watch = board::watch(
-        board.clone(),
-        store.clone(),
-        wake.clone(),
-        pull.clone(),
-        shutdown.clone(),
-    );
+    let woken = {
+        let (dispatcher, pull) = (wake.clone(), pull.clone());
+        move || {
+            dispatcher.notify_one();
+            pull.wake_all();
+        }
+    };
+    let watch = board::watch(board.clone(), store.clone(), woken, shutdown.clone());
     tasks.push(("the pause watcher", supervise(&shutdown, watch)));
     let public_router = public_router(
         &config,

@@ -49,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock;
 use crate::config::{AlertConfig, Condition, Config};
+use crate::delivery::alarm::Alarms;
 use crate::metrics::AlertMetrics;
 use crate::store::Store;
 use send::Target;
@@ -252,6 +253,21 @@ impl Alerter {
         if let Some(shared) = &self.0 {
             shared.refused_writes.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// How the delivery core's notices reach the alert task.
+impl Alarms for Alerter {
+    fn dead(&self, source: &str, destination: &str, event_id: i64, error: Option<&str>) {
+        Alerter::dead(self, source, destination, event_id, error);
+    }
+
+    fn dead_many(&self, source: &str, destination: &str, count: usize) {
+        Alerter::dead_many(self, source, destination, count);
+    }
+
+    fn paused(&self, source: &str, destination: &str, by: &'static str) {
+        Alerter::paused(self, source, destination, by);
     }
 }
 

@@ -13,11 +13,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::alerts::Alerter;
-use crate::pull::PullHub;
+use super::alarm::Alarm;
 use crate::store::Store;
 use crate::store::pauses::{self, Cause, Pause};
 
@@ -68,7 +66,7 @@ pub struct Board {
     /// than a change made meanwhile.
     generation: AtomicU64,
     /// Told of each new pause by hand (the dispatcher tells of breakers').
-    alerts: Alerter,
+    alerts: Alarm,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -105,7 +103,7 @@ impl Board {
     }
 
     /// Tells `alerts` of pauses by hand from now on.
-    pub fn with_alerts(mut self, alerts: Alerter) -> Self {
+    pub fn with_alerts(mut self, alerts: Alarm) -> Self {
         self.alerts = alerts;
         self
     }
@@ -176,13 +174,13 @@ impl Board {
 }
 
 /// Reads the pauses by hand from the store every [`WATCH_EVERY`], and on a
-/// change wakes the dispatcher and the pull takes. Cheap: the table holds
-/// a row per paused destination.
+/// change calls `woken` (the server wakes the dispatcher and the pull
+/// takes: the board knows neither). Cheap: the table holds a row per
+/// paused destination.
 pub async fn watch(
     board: std::sync::Arc<Board>,
     store: Store,
-    dispatcher: std::sync::Arc<Notify>,
-    pull: std::sync::Arc<PullHub>,
+    woken: impl Fn() + Send,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -204,8 +202,7 @@ pub async fn watch(
         };
         if board.sync_manual(seen, stored) {
             tracing::info!("destination pauses changed in the database (hookbox destination)");
-            dispatcher.notify_one();
-            pull.wake_all();
+            woken();
         }
     }
 }

@@ -16,13 +16,16 @@
 //!   read by whoever hands deliveries out and by the admin API;
 //! * [`replay`]: planning a replay (which deliveries go back to pending,
 //!   and why not), in the same words for the admin API, the dashboard and
-//!   `hookbox replay`.
+//!   `hookbox replay`;
+//! * [`alarm`]: how the core tells a person of dead deliveries and
+//!   pauses, without knowing who listens.
 //!
 //! Leases, claims and per-key order are SQL (`crate::store::deliveries`).
 //! The kinds live above this module: `crate::dispatch` pushes (url,
 //! command), `crate::pull` hands deliveries to consumers who ask. This
 //! module imports neither.
 
+pub mod alarm;
 pub mod backoff;
 pub mod board;
 pub mod breaker;

@@ -31,8 +31,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{ChildStdin, Command};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
-use crate::delivery::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
 use crate::config::argv::{Event, Template};
+use crate::delivery::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
 
 /// `E2BIG`: the argument list is too long for `execve`.
 const E2BIG: i32 = nix::errno::Errno::E2BIG as i32;

@@ -30,8 +30,8 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION
 use reqwest::{Client, Response, Url};
 
 use super::sign;
-use crate::delivery::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
 use crate::clock;
+use crate::delivery::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
 
 /// Stored provider headers that say which event this is (its type, its
 /// delivery id), forwarded as received. Signatures, timestamps and the

@@ -37,6 +37,7 @@ use subtle::ConstantTimeEq as _;
 use tokio::sync::Notify;
 
 use crate::config::{Config, Destination};
+use crate::delivery::alarm::Alarm;
 use crate::delivery::backoff;
 use crate::delivery::board::Board;
 use crate::edge::Edge;
@@ -88,7 +89,7 @@ pub struct PullHub {
     /// rather than hold the server's drain.
     shutdown: tokio_util::sync::CancellationToken,
     /// Told of deliveries a nack made dead.
-    alerts: crate::alerts::Alerter,
+    alerts: Alarm,
 }
 
 impl PullHub {
@@ -134,12 +135,12 @@ impl PullHub {
             waiting: Mutex::new(HashMap::new()),
             max_waiting: config.edge.max_client_long_polls,
             shutdown,
-            alerts: crate::alerts::Alerter::default(),
+            alerts: Alarm::default(),
         }
     }
 
     /// Tells `alerts` of deliveries a nack makes dead.
-    pub fn with_alerts(mut self, alerts: crate::alerts::Alerter) -> Self {
+    pub fn with_alerts(mut self, alerts: Alarm) -> Self {
         self.alerts = alerts;
         self
     }

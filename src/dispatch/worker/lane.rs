@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use super::PREFETCH;
 use crate::config::DeliverConfig;
-use crate::dispatch::Deliverer;
 use crate::delivery::breaker::Breaker;
+use crate::dispatch::Deliverer;
 use crate::metrics::LaneMetrics;
 use crate::store::deliveries::{ClaimFrom, Claimed, OnFailure};
 

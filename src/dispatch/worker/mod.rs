@@ -52,12 +52,12 @@ use tokio_util::sync::CancellationToken;
 use self::lane::{Lane, claim_from};
 use self::pauses::persist;
 use super::Deliverer;
+use crate::clock;
+use crate::config::Config;
+use crate::delivery::alarm::Alarm;
 use crate::delivery::backoff;
 use crate::delivery::board::Board;
 use crate::delivery::breaker::{Breaker, May, Verdict};
-use crate::alerts::Alerter;
-use crate::clock;
-use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::deliveries::{Claim, Claims, Release};
 use crate::store::deliveries::{ClaimFrom, Claimed, Lease};
@@ -108,7 +108,7 @@ pub struct Dispatcher {
     persisted: Option<tokio::sync::mpsc::UnboundedReceiver<PauseOp>>,
     lease: Duration,
     /// Told of deliveries going dead and of breakers pausing.
-    alerts: Alerter,
+    alerts: Alarm,
     /// Cancelled when the shutdown grace is over: commands still running
     /// are interrupted.
     stop: CancellationToken,
@@ -185,13 +185,13 @@ impl Dispatcher {
             persist,
             persisted: Some(persisted),
             lease: wait.saturating_add(LEASE_MARGIN),
-            alerts: Alerter::default(),
+            alerts: Alarm::default(),
             stop: CancellationToken::new(),
         }))
     }
 
     /// Tells `alerts` of deliveries going dead and of breakers pausing.
-    pub fn with_alerts(mut self, alerts: Alerter) -> Self {
+    pub fn with_alerts(mut self, alerts: Alarm) -> Self {
         self.alerts = alerts;
         self
     }
