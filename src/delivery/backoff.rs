@@ -1,4 +1,5 @@
-//! The retry schedule: exponential backoff with full jitter.
+//! The retry schedule: exponential backoff with full jitter. When to retry
+//! at all is the settle rule's (`super::settle`).
 //!
 //! After failed attempt `n` (1-based) the ceiling is
 //! `min(cap, base * 2^(n-1))` and the wait is drawn uniformly from
@@ -10,11 +11,7 @@
 //! `&mut fastrand::f64` (fastrand is already in the build through tempfile,
 //! is fast, and jitter needs no cryptographic randomness).
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use crate::config::DeliverConfig;
-use crate::store::deliveries::{OnFailure, Settled};
 
 /// The ceiling for the wait after failed attempt `attempt`:
 /// `min(cap, base * 2^(attempt-1))`, computed by doubling so that no attempt
@@ -75,55 +72,6 @@ pub fn next(
     match retry_after {
         Some(asked) => jittered.max(asked.min(cap)),
         None => jittered,
-    }
-}
-
-/// The settle rule, the one place that says what a failed attempt becomes:
-/// dead once it was attempt `max_attempts`, else a retry at `now` plus
-/// [`next`]'s wait. Every kind of destination goes through it: the
-/// dispatcher's attempts, a pull consumer's nack, a lease that ran out.
-pub fn after_failure(
-    attempt: u32,
-    retry_after: Option<Duration>,
-    rule: &Rule,
-    now: i64,
-) -> Settled {
-    if attempt >= rule.max_attempts {
-        return Settled::Dead;
-    }
-    let wait = next(
-        attempt,
-        retry_after,
-        rule.base,
-        rule.cap,
-        &mut fastrand::f64,
-    );
-    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-    Settled::Retry(now.saturating_add(wait_ms))
-}
-
-/// A destination's retry settings.
-#[derive(Debug, Clone, Copy)]
-pub struct Rule {
-    pub max_attempts: u32,
-    pub base: Duration,
-    pub cap: Duration,
-}
-
-impl Rule {
-    pub fn of(config: &DeliverConfig) -> Rule {
-        Rule {
-            max_attempts: config.max_attempts,
-            base: config.backoff_base,
-            cap: config.backoff_cap,
-        }
-    }
-
-    /// The rule as the store applies it to a lease that ran out.
-    pub fn on_failure(self) -> OnFailure {
-        OnFailure(Arc::new(move |attempt, now| {
-            after_failure(attempt, None, &self, now)
-        }))
     }
 }
 

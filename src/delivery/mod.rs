@@ -7,10 +7,10 @@
 //! [`EXCERPT_MAX`] ([`excerpt`]). Around it sit the rules every kind
 //! obeys, whoever makes the attempt:
 //!
-//! * [`backoff`]: the retry schedule, and the settle rule, the one place
-//!   that says what a failed attempt becomes (a retry, or dead after
-//!   `max_attempts`), for the dispatcher's attempts, a pull consumer's
-//!   nack and a lease that ran out alike;
+//! * [`settle`]: the settle rule, the one place that says what an attempt
+//!   becomes (delivered, a retry, or dead after `max_attempts`), for the
+//!   dispatcher's attempts, a pull consumer's nack and a lease that ran
+//!   out alike, and [`backoff`], the schedule its retries follow;
 //! * [`breaker`]: a destination's circuit breaker, as a state machine;
 //! * [`board`]: every destination's pause state, by hand or by breaker,
 //!   read by whoever hands deliveries out and by the admin API;
@@ -30,6 +30,7 @@ pub mod backoff;
 pub mod board;
 pub mod breaker;
 pub mod replay;
+pub mod settle;
 
 use std::time::Duration;
 

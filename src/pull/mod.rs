@@ -38,8 +38,8 @@ use tokio::sync::Notify;
 
 use crate::config::{Config, Destination};
 use crate::delivery::alarm::Alarm;
-use crate::delivery::backoff;
 use crate::delivery::board::Board;
+use crate::delivery::settle::Rule;
 use crate::edge::Edge;
 use crate::store::{Store, WriterHandle};
 
@@ -55,7 +55,7 @@ pub struct PullLane {
     /// How long a take's lease lasts.
     timeout: Duration,
     /// What a nack, or a lease that ran out, makes of a delivery.
-    rule: backoff::Rule,
+    rule: Rule,
     max_bytes: u64,
     /// `rate`: how fast takes may hand out deliveries.
     rate: Option<rate::Bucket>,
@@ -113,7 +113,7 @@ impl PullHub {
                     destination: d.name.clone(),
                     token: Sha256::digest(token.expose().as_bytes()).into(),
                     timeout: d.timeout,
-                    rule: backoff::Rule::of(d),
+                    rule: Rule::of(d),
                     max_bytes: *max_bytes,
                     rate: d.rate.map(rate::Bucket::new),
                     wake: Notify::new(),

@@ -136,15 +136,16 @@ pub struct ClaimFrom {
 }
 
 /// What a failed attempt of a lane leaves its delivery as, from the
-/// attempt's number (1-based) and when it failed (unix ms): a retry after
-/// the lane's backoff, or dead after its `max_attempts`. Built from the
-/// destination's settings by `crate::delivery::backoff::on_failure`.
+/// attempt's number (1-based), whether a stop of hookbox cut it short, and
+/// when it failed (unix ms): a retry after the lane's backoff (at once if
+/// cut short), or dead after its `max_attempts`. Built from the
+/// destination's settings by `crate::delivery::settle::Rule::on_failure`.
 #[derive(Clone)]
-pub struct OnFailure(pub Arc<dyn Fn(u32, i64) -> Settled + Send + Sync>);
+pub struct OnFailure(pub Arc<dyn Fn(u32, bool, i64) -> Settled + Send + Sync>);
 
 impl OnFailure {
-    pub fn decide(&self, attempt: u32, now: i64) -> Settled {
-        (self.0)(attempt, now)
+    pub fn decide(&self, attempt: u32, interrupted: bool, now: i64) -> Settled {
+        (self.0)(attempt, interrupted, now)
     }
 }
 
@@ -388,10 +389,7 @@ pub fn expire(
         .context("finding leases that ran out")?;
     let mut died = 0;
     for (lease, event_id, attempt, interrupted) in expired {
-        let settled = match from.on_failure.decide(attempt, now) {
-            Settled::Retry(_) if interrupted => Settled::Retry(now),
-            settled => settled,
-        };
+        let settled = from.on_failure.decide(attempt, interrupted, now);
         died += usize::from(settled == Settled::Dead);
         let record_of = AttemptRecord {
             lease,

@@ -209,9 +209,10 @@ fn act(
 ) -> anyhow::Result<bool> {
     let (settled, error) = match op {
         Op::Ack => (Settled::Delivered, None),
-        Op::Nack { on_failure, error } => {
-            (on_failure.decide(held.attempt, now), Some(error.clone()))
-        }
+        Op::Nack { on_failure, error } => (
+            on_failure.decide(held.attempt, false, now),
+            Some(error.clone()),
+        ),
         Op::Release => {
             deliveries::release(conn, &[held.lease])?;
             return Ok(false);

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use super::{BODY_READ_PAUSE, Dispatcher, Done};
 use crate::clock;
 use crate::delivery::breaker::Verdict;
-use crate::delivery::{Attempt, Job, Outcome, backoff};
+use crate::delivery::settle::{Ended, Rule, settle};
+use crate::delivery::{Attempt, Job, Outcome};
 use crate::dispatch::Deliverer;
 use crate::metrics::AttemptOutcome;
 use crate::store::deliveries::{
@@ -58,21 +59,8 @@ impl Dispatcher {
             )
             .await?;
             let now = clock::now_ms();
-            let rule = backoff::Rule::of(&config);
-            let settled = match attempt.outcome {
-                Outcome::Delivered => Settled::Delivered,
-                Outcome::Dead => Settled::Dead,
-                Outcome::Retry { .. } if probe => Settled::Retry(now),
-                Outcome::Retry { .. } if interrupted => {
-                    match backoff::after_failure(job.attempt, None, &rule, now) {
-                        Settled::Retry(_) => Settled::Retry(now),
-                        dead => dead,
-                    }
-                }
-                Outcome::Retry { retry_after } => {
-                    backoff::after_failure(job.attempt, retry_after, &rule, now)
-                }
-            };
+            let ended = Ended { probe, interrupted };
+            let settled = settle(attempt.outcome, job.attempt, ended, &Rule::of(&config), now);
             log_attempt(&job, &attempt, settled);
             let outcome = match settled {
                 Settled::Delivered => AttemptOutcome::Delivered,

@@ -55,9 +55,9 @@ use super::Deliverer;
 use crate::clock;
 use crate::config::Config;
 use crate::delivery::alarm::Alarm;
-use crate::delivery::backoff;
 use crate::delivery::board::Board;
 use crate::delivery::breaker::{Breaker, May, Verdict};
+use crate::delivery::settle::Rule;
 use crate::metrics::Metrics;
 use crate::store::deliveries::{Claim, Claims, Release};
 use crate::store::deliveries::{ClaimFrom, Claimed, Lease};
@@ -153,7 +153,7 @@ impl Dispatcher {
                     probe_asked: false,
                     probe_queued: false,
                     manual: false,
-                    on_failure: backoff::Rule::of(cfg).on_failure(),
+                    on_failure: Rule::of(cfg).on_failure(),
                 })
             })
             .collect();

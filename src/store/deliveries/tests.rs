@@ -32,7 +32,7 @@ fn lane_of(source: &str, limit: usize) -> ClaimFrom {
         limit,
         max_delay_ms: i64::MAX,
         ahead: false,
-        on_failure: OnFailure(Arc::new(|attempt, now| {
+        on_failure: OnFailure(Arc::new(|attempt, _interrupted, now| {
             if attempt >= MAX_ATTEMPTS {
                 Settled::Dead
             } else {
