@@ -32,6 +32,7 @@ pub mod breaker;
 pub mod replay;
 pub mod settle;
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -80,6 +81,26 @@ pub struct Attempt {
     /// Why it failed: at most [`EXCERPT_MAX`] bytes, never a secret or a
     /// signature.
     pub error: Option<String>,
+}
+
+/// One kind of destination that hookbox pushes to (url, command, and the
+/// brokers to come): the one contract every attempt keeps. A pull
+/// destination has no implementation: its consumer makes the attempt and
+/// answers through the pull API (ack, nack), which settles it by the same
+/// rule ([`settle`]).
+pub trait Destination: Send + Sync {
+    /// One attempt to deliver `job`. Never fails and never touches the
+    /// database: every problem is an [`Attempt`] to record, whose error
+    /// says why in at most [`EXCERPT_MAX`] bytes, never a secret.
+    fn deliver<'a>(&'a self, job: &'a Job) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>;
+
+    /// Whether an attempt still running when the shutdown grace ends is
+    /// cut short and recorded (a command: its process group is killed, and
+    /// what it did so far may have had effects) rather than abandoned with
+    /// its lease given back (a url request, the default).
+    fn interruptible(&self) -> bool {
+        false
+    }
 }
 
 /// The most bytes an error excerpt keeps (response body, stderr).

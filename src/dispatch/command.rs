@@ -21,6 +21,7 @@
 //! Once the child has exited, leftover output (from a grandchild still
 //! holding the pipes) is awaited for [`OUTPUT_GRACE`] at most.
 
+use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +33,7 @@ use tokio::process::{ChildStdin, Command};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::config::argv::{Event, Template};
-use crate::delivery::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
+use crate::delivery::{Attempt, Destination, EXCERPT_MAX, Job, Outcome, excerpt};
 
 /// `E2BIG`: the argument list is too long for `execve`.
 const E2BIG: i32 = nix::errno::Errno::E2BIG as i32;
@@ -59,6 +60,18 @@ pub struct CommandDestination {
     /// Variables holding hookbox's secrets (`Config::secret_env`), not
     /// passed on.
     withheld: Arc<[String]>,
+}
+
+impl Destination for CommandDestination {
+    fn deliver<'a>(&'a self, job: &'a Job) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
+        Box::pin(CommandDestination::deliver(self, job))
+    }
+
+    /// Dropping the attempt kills the command's process group; it may
+    /// have had effects by then, so the attempt is recorded.
+    fn interruptible(&self) -> bool {
+        true
+    }
 }
 
 impl CommandDestination {

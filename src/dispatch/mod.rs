@@ -18,58 +18,38 @@ pub mod worker;
 
 use std::sync::Arc;
 
-use crate::config::{DeliverConfig, Destination};
-use crate::delivery::{Attempt, Job};
+use crate::config::{self, DeliverConfig};
+use crate::delivery::Destination;
 
-/// A source's destination, ready to run jobs.
-pub enum Deliverer {
-    Url(url::UrlDestination),
-    Command(command::CommandDestination),
+/// What the push destinations of a process share, made once at start-up.
+pub struct Shared {
+    /// The process-wide client from [`url::client`], shared by every url
+    /// destination so connections are pooled.
+    pub client: reqwest::Client,
+    /// The variables a command must not inherit (`Config::secret_env`).
+    pub withheld: Arc<[String]>,
 }
 
-impl Deliverer {
-    /// `client` is the process-wide one from [`url::client`], shared by
-    /// every url destination so connections are pooled; `withheld`, the
-    /// variables a command must not inherit (`Config::secret_env`). `None`
-    /// for a pull destination: nothing is pushed to it (`crate::pull`).
-    pub fn new(
-        config: &DeliverConfig,
-        client: &reqwest::Client,
-        withheld: &Arc<[String]>,
-    ) -> Option<Self> {
-        match &config.destination {
-            Destination::Url { url, signing_key } => {
-                Some(Deliverer::Url(url::UrlDestination::new(
-                    client.clone(),
-                    url.clone(),
-                    signing_key.clone(),
-                    config.timeout,
-                    config.permanent_statuses.clone(),
-                )))
-            }
-            Destination::Command { template, .. } => {
-                Some(Deliverer::Command(command::CommandDestination::new(
-                    template.clone(),
-                    config.timeout,
-                    withheld.clone(),
-                )))
-            }
-            Destination::Pull { .. } => None,
+/// The push destination `config` describes, ready to run jobs; `None` for
+/// a pull destination: nothing is pushed to it (`crate::pull`). One arm
+/// per kind: a new kind is its own file implementing [`Destination`], its
+/// config, and its arm here.
+pub fn destination(config: &DeliverConfig, shared: &Shared) -> Option<Arc<dyn Destination>> {
+    Some(match &config.destination {
+        config::Destination::Url { url, signing_key } => Arc::new(url::UrlDestination::new(
+            shared.client.clone(),
+            url.clone(),
+            signing_key.clone(),
+            config.timeout,
+            config.permanent_statuses.clone(),
+        )),
+        config::Destination::Command { template, .. } => {
+            Arc::new(command::CommandDestination::new(
+                template.clone(),
+                config.timeout,
+                shared.withheld.clone(),
+            ))
         }
-    }
-
-    /// Whether an attempt still running when the shutdown grace ends is
-    /// cut short and recorded (a command: its process group is killed, and
-    /// what it did so far may have had effects) rather than abandoned with
-    /// its lease given back (a url request).
-    pub fn interruptible(&self) -> bool {
-        matches!(self, Deliverer::Command(_))
-    }
-
-    pub async fn deliver(&self, job: &Job) -> Attempt {
-        match self {
-            Deliverer::Url(d) => d.deliver(job).await,
-            Deliverer::Command(d) => d.deliver(job).await,
-        }
-    }
+        config::Destination::Pull { .. } => return None,
+    })
 }

@@ -23,6 +23,7 @@
 //! At most [`EXCERPT_MAX`] bytes of a response body are read, chunk by
 //! chunk, so an endless body costs neither memory nor time.
 
+use std::pin::Pin;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -31,7 +32,7 @@ use reqwest::{Client, Response, Url};
 
 use super::sign;
 use crate::clock;
-use crate::delivery::{Attempt, EXCERPT_MAX, Job, Outcome, excerpt};
+use crate::delivery::{Attempt, Destination, EXCERPT_MAX, Job, Outcome, excerpt};
 
 /// Stored provider headers that say which event this is (its type, its
 /// delivery id), forwarded as received. Signatures, timestamps and the
@@ -64,6 +65,12 @@ pub struct UrlDestination {
     signing_key: Vec<u8>,
     timeout: Duration,
     permanent_statuses: Vec<u16>,
+}
+
+impl Destination for UrlDestination {
+    fn deliver<'a>(&'a self, job: &'a Job) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>> {
+        Box::pin(UrlDestination::deliver(self, job))
+    }
 }
 
 impl UrlDestination {

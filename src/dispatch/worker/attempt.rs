@@ -17,8 +17,7 @@ use super::{BODY_READ_PAUSE, Dispatcher, Done};
 use crate::clock;
 use crate::delivery::breaker::Verdict;
 use crate::delivery::settle::{Ended, Rule, settle};
-use crate::delivery::{Attempt, Job, Outcome};
-use crate::dispatch::Deliverer;
+use crate::delivery::{Attempt, Destination, Job, Outcome};
 use crate::metrics::AttemptOutcome;
 use crate::store::deliveries::{
     self, AttemptRecord, Claimed, INTERRUPTED, Record, Release, Settled,
@@ -38,7 +37,7 @@ impl Dispatcher {
         lane.in_flight += 1;
         let source = lane.source.clone();
         let destination = lane.config.name.clone();
-        let deliverer = lane.deliverer.clone();
+        let deliverer = lane.destination.clone();
         let config = lane.config.clone();
         let metrics = lane.metrics.clone();
         let writer = self.writer.clone();
@@ -54,7 +53,7 @@ impl Dispatcher {
                 destination,
                 &store,
                 &writer,
-                &deliverer,
+                &*deliverer,
                 &stop,
             )
             .await?;
@@ -113,7 +112,7 @@ async fn run(
     destination: String,
     store: &Store,
     writer: &WriterHandle,
-    deliverer: &Deliverer,
+    deliverer: &dyn Destination,
     stop: &CancellationToken,
 ) -> Option<(Job, Attempt, bool)> {
     let id = claimed.event_id;
@@ -152,7 +151,11 @@ async fn run(
 /// Runs the attempt; a command's until `stop` at the latest (`true`), when
 /// dropping it kills the command's process group. `biased`: once stopping,
 /// a command not started yet is not started.
-async fn deliver(deliverer: &Deliverer, job: &Job, stop: &CancellationToken) -> (Attempt, bool) {
+async fn deliver(
+    deliverer: &dyn Destination,
+    job: &Job,
+    stop: &CancellationToken,
+) -> (Attempt, bool) {
     if !deliverer.interruptible() {
         return (deliverer.deliver(job).await, false);
     }

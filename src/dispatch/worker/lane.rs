@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use super::PREFETCH;
 use crate::config::DeliverConfig;
+use crate::delivery::Destination;
 use crate::delivery::breaker::Breaker;
-use crate::dispatch::Deliverer;
 use crate::metrics::LaneMetrics;
 use crate::store::deliveries::{ClaimFrom, Claimed, OnFailure};
 
@@ -17,7 +17,8 @@ use crate::store::deliveries::{ClaimFrom, Claimed, OnFailure};
 pub(super) struct Lane {
     pub(super) source: String,
     pub(super) config: DeliverConfig,
-    pub(super) deliverer: Arc<Deliverer>,
+    /// What makes its attempts (`crate::dispatch::destination`).
+    pub(super) destination: Arc<dyn Destination>,
     pub(super) queued: VecDeque<Claimed>,
     pub(super) in_flight: usize,
     pub(super) metrics: LaneMetrics,

@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::lane::{Lane, claim_from};
 use self::pauses::persist;
-use super::Deliverer;
+use super::Shared;
 use crate::clock;
 use crate::config::Config;
 use crate::delivery::alarm::Alarm;
@@ -134,8 +134,10 @@ impl Dispatcher {
         board: Arc<Board>,
         metrics: &Metrics,
     ) -> anyhow::Result<Option<Self>> {
-        let client = super::url::client().context("building the HTTP client for deliveries")?;
-        let withheld: Arc<[String]> = config.secret_env().into();
+        let shared = Shared {
+            client: super::url::client().context("building the HTTP client for deliveries")?,
+            withheld: config.secret_env().into(),
+        };
         let mut lanes: Vec<Lane> = config
             .sources
             .iter()
@@ -143,7 +145,7 @@ impl Dispatcher {
             .filter_map(|(source, cfg)| {
                 Some(Lane {
                     source: source.name.clone(),
-                    deliverer: Arc::new(Deliverer::new(cfg, &client, &withheld)?),
+                    destination: super::destination(cfg, &shared)?,
                     metrics: metrics.lane(&source.name, &cfg.name),
                     config: cfg.clone(),
                     queued: VecDeque::new(),
@@ -454,7 +456,7 @@ impl Dispatcher {
         let deadline = tokio::time::Instant::now() + RECORD_GRACE;
         while running
             .values()
-            .any(|(lane, _, _)| self.lanes[*lane].deliverer.interruptible())
+            .any(|(lane, _, _)| self.lanes[*lane].destination.interruptible())
         {
             match tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await {
                 Ok(Some(Ok((id, _)))) => _ = running.remove(&id),
