@@ -39,7 +39,11 @@
 //!
 //! # After the answer
 //!
-//! * [`dispatch`] claims due deliveries through the writer, one lane per
+//! * [`delivery`] is the core every destination kind stands on: one
+//!   attempt contract (`delivery::Destination`), the settle rule
+//!   (`delivery::settle`: retry with backoff, or dead), the circuit
+//!   breaker, the pause board, and replay planning. [`dispatch`] pushes:
+//!   it claims due deliveries through the writer, one lane per
 //!   destination, runs each attempt (an HTTP POST signed the Standard
 //!   Webhooks way, or a command with placeholders, never a shell) and sends
 //!   its outcome back to the writer; backoff, `rate`, the circuit breaker
