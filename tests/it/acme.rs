@@ -22,29 +22,16 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
 
-use crate::helpers::{ADMIN_TOKEN, GITHUB_SECRET, free_addr, github_request, hookbox};
+use crate::helpers::{
+    ADMIN_TOKEN, GITHUB_SECRET, debian_tools, free_addr, github_request, hookbox,
+};
 
 const DOMAIN: &str = "hooks.example.test";
 /// An order against pebble without sleeps takes about a second.
 const OBTAIN_WITHIN: Duration = Duration::from_secs(60);
 
 fn pebble_installed() -> bool {
-    let found = ["pebble", "pebble-challtestsrv"].iter().all(|bin| {
-        Command::new(bin)
-            .arg("-h")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok()
-    });
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "pebble is not installed (apt-get install pebble); .ci/run installs it"
-        );
-        eprintln!("skipped: pebble is not installed (apt-get install pebble)");
-    }
-    found
+    debian_tools(&["pebble", "pebble-challtestsrv"], "pebble")
 }
 
 /// A process killed when dropped.

@@ -2,7 +2,8 @@
 //! local HTTP receivers (`helpers::Downstream`) standing in for Slack,
 //! Discord, ntfy and a JSON webhook. The JSON one is verified with the
 //! official Standard Webhooks Python library (`standardwebhooks`, which
-//! `.ci/run` installs). Deliveries go dead at once here: the destination
+//! `.ci/run` installs; without it the two tests that need it are skipped,
+//! or fail under `CI`). Deliveries go dead at once here: the destination
 //! answers 400, a permanent status.
 
 use std::process::Stdio;
@@ -44,6 +45,21 @@ fn json_body(hit: &Hit) -> serde_json::Value {
     serde_json::from_slice(&hit.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", hit.body))
 }
 
+/// Whether Python's `standardwebhooks` imports; see [`outside_tool`].
+fn standard_webhooks_library() -> bool {
+    let imports = std::process::Command::new("python3")
+        .args(["-c", "import standardwebhooks"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    outside_tool(
+        "the standardwebhooks Python library",
+        imports,
+        "python3 -m pip install standardwebhooks",
+    )
+}
+
 /// Runs the official library's verifier on `hit`; returns the payload it
 /// parsed, or its complaint.
 async fn standard_webhooks_verify(hit: &Hit, body: &[u8]) -> Result<serde_json::Value, String> {
@@ -75,11 +91,6 @@ print(json.dumps(payload))
         .await
         .expect("python3 runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    if stderr.contains("No module named 'standardwebhooks'") {
-        panic!(
-            "the standardwebhooks Python library is missing: python3 -m pip install standardwebhooks (.ci/run does)"
-        );
-    }
     if out.status.success() {
         Ok(serde_json::from_slice(&out.stdout).unwrap())
     } else {
@@ -89,6 +100,9 @@ print(json.dumps(payload))
 
 #[tokio::test]
 async fn each_format_gets_a_dead_delivery_in_the_shape_its_receiver_accepts() {
+    if !standard_webhooks_library() {
+        return;
+    }
     let dead_end = Downstream::start(|_, _| Reply::status(400)).await;
     let slack = Downstream::start(receiver_ok()).await;
     let discord = Downstream::start(receiver_ok()).await;
@@ -455,6 +469,9 @@ async fn alerts_test(config: &str) -> (bool, String, String) {
 
 #[tokio::test]
 async fn hookbox_alerts_test_reports_each_alert_and_exits_1_when_one_fails() {
+    if !standard_webhooks_library() {
+        return;
+    }
     let ntfy = Downstream::start(receiver_ok()).await;
     let json = Downstream::start(receiver_ok()).await;
     let refused = free_addr();

@@ -8,7 +8,9 @@
 //!   hookbox delivers to, and the plumbing the provider fakes share;
 //! - [`signing`]: signed provider requests and committed vectors;
 //! - [`sources`]: `[[sources]]` tables that deliver somewhere;
-//! - [`rows`]: reading events and attempts back from the database.
+//! - [`rows`]: reading events and attempts back from the database;
+//! - [`tools`]: outside tools a test needs, skipped without them but
+//!   required under `CI`.
 //!
 //! Everything is re-exported here: `use crate::helpers::*`.
 
@@ -20,6 +22,7 @@ mod rows;
 mod servers;
 mod signing;
 mod sources;
+mod tools;
 
 pub use app::*;
 pub use process::*;
@@ -27,6 +30,7 @@ pub use rows::*;
 pub use servers::*;
 pub use signing::*;
 pub use sources::*;
+pub use tools::*;
 
 /// How long any "eventually" in these tests may take.
 pub const PATIENCE: Duration = Duration::from_secs(10);
