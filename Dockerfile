@@ -6,16 +6,33 @@
 #   docker run -d --name hookbox -p 8080:8080 -v hookbox:/var/lib/hookbox \
 #     -e GITHUB_WEBHOOK_SECRET=... hookbox
 #
+# Without a registry that has rust:1-bookworm, build the binary on a
+# Debian 12 host and copy it in instead (.dockerignore lets
+# target/release/hookbox, and nothing else of target/, through):
+#
+#   cargo build --release --locked -p hookbox
+#   docker build --build-arg HOOKBOX_BINARY=prebuilt -t hookbox .
+#
 # The admin listener stays on the container's loopback (127.0.0.1:8081)
 # and is not published; to reach it, set server.admin_listen =
 # "0.0.0.0:8081" in a config and publish it to the host's loopback only:
 # -p 127.0.0.1:8081:8081.
+
+# "build" (the default) or "prebuilt": the stage the binary comes from.
+ARG HOOKBOX_BINARY=build
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p hookbox \
  && install -m 0755 target/release/hookbox /usr/local/bin/hookbox
+
+# The host's release build, linked against Debian 12's glibc like the
+# runtime stage below.
+FROM scratch AS prebuilt
+COPY target/release/hookbox /usr/local/bin/hookbox
+
+FROM ${HOOKBOX_BINARY} AS binary
 
 FROM debian:bookworm-slim
 # ca-certificates: outbound HTTPS (deliveries, GitHub and Stripe APIs).
@@ -26,7 +43,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/hookbox --shell /usr/sbin/nologin hookbox \
  && install -d -m 0700 -o hookbox -g hookbox /var/lib/hookbox
-COPY --from=build /usr/local/bin/hookbox /usr/local/bin/hookbox
+COPY --from=binary /usr/local/bin/hookbox /usr/local/bin/hookbox
 USER 10001:10001
 ENV STATE_DIRECTORY=/var/lib/hookbox
 VOLUME ["/var/lib/hookbox"]
