@@ -12,7 +12,7 @@ pub fn outside_tool(tool: &str, found: bool, get: &str) -> bool {
     if found {
         return true;
     }
-    let line = format!("{tool} is missing ({get}; .ci/run installs it)");
+    let line = format!("this test needs {tool}, missing here ({get}; .ci/run does it)");
     assert!(std::env::var_os("CI").is_none(), "CI is set but {line}");
     eprintln!("skipping: {line}");
     false
