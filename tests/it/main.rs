@@ -11,6 +11,7 @@ mod command_args;
 mod command_env;
 mod command_shutdown;
 mod config_reference;
+mod container;
 mod crash;
 mod dashboard;
 mod deliver;

@@ -4,6 +4,7 @@
 //! it, and returns early; with `CI` set it fails instead, so CI never
 //! passes by skipping.
 
+use std::io::Write;
 use std::path::Path;
 
 /// Whether `tool` is here (`found`); if not, says so and how to get it
@@ -14,7 +15,8 @@ pub fn outside_tool(tool: &str, found: bool, get: &str) -> bool {
     }
     let line = format!("this test needs {tool}, missing here ({get}; .ci/run does it)");
     assert!(std::env::var_os("CI").is_none(), "CI is set but {line}");
-    eprintln!("skipping: {line}");
+    // Past libtest's capture, which would show the line only on failure.
+    let _ = writeln!(std::io::stderr(), "skipping: {line}");
     false
 }
 
