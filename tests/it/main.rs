@@ -1,6 +1,7 @@
 mod acme;
 mod admin;
 mod alerts;
+mod architecture;
 mod backup;
 mod book;
 mod catchup;
