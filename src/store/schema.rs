@@ -423,6 +423,46 @@ mod tests {
     }
 
     #[test]
+    fn version_17_keeps_each_lease_left_by_version_16_and_gives_it_a_secret() {
+        let mut conn = at_version(16);
+        // What a version-16 hookbox left when it stopped mid-attempt.
+        conn.execute_batch(
+            "INSERT INTO events (source, delivery_id, received_at, body, state)
+                 VALUES ('s', 'a', 1, x'7b7d', 'pending');
+             INSERT INTO deliveries (event_id, source, destination, state, next_attempt_at)
+                 VALUES (1, 's', 'd', 'pending', 1);
+             INSERT INTO leases (token, delivery, source, destination, attempt, lease_until)
+                 VALUES (7, 1, 's', 'd', 2, 5000);",
+        )
+        .unwrap();
+        apply(&mut conn).unwrap();
+        let (token, attempt, until, secret): (i64, i64, i64, Vec<u8>) = conn
+            .query_row(
+                "SELECT token, attempt, lease_until, secret FROM leases WHERE delivery = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!((token, attempt, until), (7, 2, 5000));
+        assert_eq!(secret.len(), 16);
+        // A claim after the upgrade never gets a token the old lease had.
+        conn.execute_batch(
+            "DELETE FROM leases;
+             INSERT INTO leases (delivery, source, destination, attempt, lease_until, secret)
+                 VALUES (1, 's', 'd', 3, 6000, randomblob(16));",
+        )
+        .unwrap();
+        let next: i64 = conn
+            .query_row("SELECT token FROM leases", [], |r| r.get(0))
+            .unwrap();
+        assert!(next > 7, "token {next} again");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
     fn version_16_checks_states_without_a_btree_and_every_connection_sees_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v15.db");
