@@ -20,7 +20,7 @@ use crate::clock;
 use crate::delivery::excerpt;
 use crate::error::ApiError;
 use crate::store::StoreError;
-use crate::store::deliveries::{self, ClaimFrom, Claimed, Lease, Release};
+use crate::store::deliveries::{self, ClaimFrom, Claimed, Fit, Lease, Release};
 use crate::store::pull_leases::{self, PullLease, Pulled, Standing};
 
 /// Most deliveries one take hands out.
@@ -366,40 +366,27 @@ async fn answer(
     jobs: Vec<Claimed>,
 ) -> Result<Json<Value>, ApiError> {
     let ids: Vec<i64> = jobs.iter().map(|j| j.event_id).collect();
-    let sizes = hub
+    let max_bytes = lane.max_bytes;
+    let fits = hub
         .store
-        .read(move |conn| deliveries::body_sizes(conn, &ids))
+        .read(move |conn| deliveries::bodies_within(conn, &ids, max_bytes))
         .await;
-    let sizes = match sizes {
-        Ok(sizes) => sizes,
+    let fits = match fits {
+        Ok(fits) => fits,
         Err(e) => return unreadable(hub, jobs, e).await,
     };
-    let mut fits = Vec::with_capacity(jobs.len());
+    let mut events = Vec::with_capacity(jobs.len());
     let mut rest = Vec::new();
-    let mut bytes = 0u64;
-    for (job, size) in jobs.into_iter().zip(sizes) {
-        // Deleted since the claim (a purge): its lease went with it.
-        let Some(size) = size else { continue };
-        if !fits.is_empty() && bytes.saturating_add(size) > lane.max_bytes {
-            rest.push(job.lease());
-            continue;
+    for (job, fit) in jobs.iter().zip(fits) {
+        match fit {
+            Fit::Body(body) => events.push(event_json(job, &body)),
+            // Deleted since the claim (a purge): its lease went with it.
+            Fit::Gone => {}
+            Fit::Left => rest.push(job.lease()),
         }
-        bytes = bytes.saturating_add(size);
-        fits.push(job);
     }
     if !rest.is_empty() {
         release(hub, rest).await;
-    }
-    let mut events = Vec::with_capacity(fits.len());
-    for (i, job) in fits.iter().enumerate() {
-        let id = job.event_id;
-        let body = hub.store.read(move |conn| deliveries::body(conn, id)).await;
-        match body {
-            Ok(Some(body)) => events.push(event_json(job, &body)),
-            // Purged between the two reads.
-            Ok(None) => {}
-            Err(e) => return unreadable(hub, fits.split_off(i), e).await,
-        }
     }
     Ok(Json(
         json!({ "events": events, "lease_ms": lease_ms(lane) }),

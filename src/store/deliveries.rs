@@ -291,20 +291,51 @@ pub fn body(conn: &Connection, id: i64) -> anyhow::Result<Option<Vec<u8>>> {
         .context("reading an event's body")
 }
 
-/// The sizes of events `ids`' bodies, in order, without reading them
-/// (SQLite reads a blob's length from its record header): `None` for a
-/// row that is gone.
-pub fn body_sizes(conn: &Connection, ids: &[i64]) -> anyhow::Result<Vec<Option<u64>>> {
-    let mut stmt =
+/// What [`bodies_within`] made of one event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fit {
+    Body(Vec<u8>),
+    /// The row is gone (a purge since the claim).
+    Gone,
+    /// It did not fit.
+    Left,
+}
+
+/// The bodies of events `ids`, in order, as many as fit in `max_bytes`
+/// (the first one there always does). Each size is read first (SQLite
+/// reads a blob's length from its record header) and only a body that
+/// fits is read, so no more than `max_bytes`, or the one larger body, is
+/// ever held.
+pub fn bodies_within(conn: &Connection, ids: &[i64], max_bytes: u64) -> anyhow::Result<Vec<Fit>> {
+    let mut size_of =
         conn.prepare_cached("SELECT coalesce(length(body), 0) FROM events WHERE id = ?1")?;
-    ids.iter()
-        .map(|id| {
-            stmt.query_row([id], |r| r.get::<_, i64>(0))
-                .optional()
-                .map(|size| size.map(|n| u64::try_from(n).unwrap_or(0)))
-                .context("reading the size of an event's body")
-        })
-        .collect()
+    let mut fits = Vec::with_capacity(ids.len());
+    let mut bytes = 0u64;
+    let mut any = false;
+    for &id in ids {
+        let size: Option<i64> = size_of
+            .query_row([id], |r| r.get(0))
+            .optional()
+            .context("reading the size of an event's body")?;
+        let Some(size) = size else {
+            fits.push(Fit::Gone);
+            continue;
+        };
+        let size = u64::try_from(size).unwrap_or(0);
+        if any && bytes.saturating_add(size) > max_bytes {
+            fits.push(Fit::Left);
+            continue;
+        }
+        match body(conn, id)? {
+            Some(body) => {
+                bytes = bytes.saturating_add(size);
+                any = true;
+                fits.push(Fit::Body(body));
+            }
+            None => fits.push(Fit::Gone),
+        }
+    }
+    Ok(fits)
 }
 
 /// When the next delivery of lane (`source`, `destination`) becomes
