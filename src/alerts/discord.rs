@@ -35,7 +35,7 @@ pub fn body(message: &Message) -> serde_json::Value {
         escape(&message.title),
         escape(&message.text)
     );
-    let content = crate::excerpt::excerpt(&text, MAX_CHARS);
+    let content = crate::support::excerpt::chars(&text, MAX_CHARS);
     json!({ "content": content, "allowed_mentions": { "parse": [] } })
 }
 

@@ -12,8 +12,8 @@ use reqwest::RequestBuilder;
 use serde_json::json;
 
 use super::Message;
-use crate::clock;
 use crate::signature::standard;
+use crate::support::clock;
 
 pub fn request(
     post: RequestBuilder,

@@ -47,11 +47,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock;
 use crate::config::{AlertConfig, Condition, Config};
 use crate::delivery::alarm::Alarms;
-use crate::metrics::AlertMetrics;
 use crate::store::Store;
+use crate::support::clock;
+use crate::telemetry::metrics::AlertMetrics;
 use send::Target;
 
 /// Notices waiting for the alert task. Far more than a burst of failures

@@ -1,7 +1,7 @@
 //! Sending one alert message: the request its format builds, the HTTP
 //! client's settings, and the retries.
 //!
-//! The client is `crate::outbound`'s (no redirects followed: a webhook URL
+//! The client is `crate::support::outbound`'s (no redirects followed: a webhook URL
 //! is a credential, and a `Location` must not carry a message elsewhere),
 //! with [`TIMEOUT`] per attempt. An error names the alert, the HTTP status
 //! or the kind of failure, never the URL (reqwest's errors carry it; it is
@@ -15,7 +15,7 @@ use reqwest::{Client, RequestBuilder, Url};
 
 use super::{Message, discord, json, ntfy, slack};
 use crate::config::{AlertConfig, Format};
-use crate::metrics::AlertMetrics;
+use crate::telemetry::metrics::AlertMetrics;
 
 /// Attempts per message before it is given up (logged and counted).
 pub const ATTEMPTS: usize = 3;
@@ -30,7 +30,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The client every alert shares.
 pub fn client() -> anyhow::Result<Client> {
-    crate::outbound::build(|| crate::outbound::builder().timeout(TIMEOUT))
+    crate::support::outbound::build(|| crate::support::outbound::builder().timeout(TIMEOUT))
         .context("building the HTTP client for alerts")
 }
 

@@ -5,7 +5,7 @@
 //! * every [`check_every`], through the read pool and the file system: the
 //!   oldest pending delivery (`backlog`), how full the database's file
 //!   system is (`storage`), and the served certificate's expiry
-//!   (`certificate`, from the gauge `crate::tls` keeps).
+//!   (`certificate`, from the gauge `crate::ingress::tls` keeps).
 //!
 //! A condition that is a state alerts when it starts (per alert, since
 //! thresholds are per alert) and is armed again once it has ended.
@@ -20,9 +20,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::{Notice, Shared};
-use crate::clock;
 use crate::config::{AlertConfig, Condition, Config};
 use crate::store::Store;
+use crate::support::clock;
 
 /// How often the hot paths' counters are read.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);

@@ -1,7 +1,7 @@
 //! Where a catch-up run reads and writes: a store's read pool and its
 //! writer, the server's inside `hookbox serve` or the one `hookbox
 //! catch-up` opens for itself (`crate::store::open_for_cli`). The SQL is
-//! `crate::store::jobs`'s, the writes its [`Op`]s.
+//! `crate::store::catchup`'s, the writes its [`Op`]s.
 
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use anyhow::Context;
 use rusqlite::Connection;
 use tokio::sync::Notify;
 
-use crate::store::jobs::{Done, Op};
+use crate::store::catchup::{Done, Op};
 use crate::store::models::{Inserted, NewEvent};
 use crate::store::{Store, WriterHandle};
 

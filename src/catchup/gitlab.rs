@@ -144,7 +144,7 @@ async fn list(
                 continue;
             }
             let headers = event.headers();
-            let Some(key) = crate::receive::gitlab::delivery_key(&headers) else {
+            let Some(key) = crate::ingress::receive::gitlab::delivery_key(&headers) else {
                 ctx.report.skipped.unidentified += 1;
                 continue;
             };
@@ -329,7 +329,7 @@ mod tests {
     fn the_delivery_id_is_read_from_the_listed_headers_as_receive_reads_it() {
         let key = |headers: Value| {
             let e = event(json!("500"), headers);
-            crate::receive::gitlab::delivery_key(&e.headers()).map(str::to_owned)
+            crate::ingress::receive::gitlab::delivery_key(&e.headers()).map(str::to_owned)
         };
         let both = json!({"Idempotency-Key": "k-1", "X-Gitlab-Webhook-UUID": "w-1",
                           "X-Gitlab-Token": "[REDACTED]"});

@@ -10,7 +10,7 @@ use reqwest::header::HeaderMap;
 /// more than 300 bytes, control characters escaped.
 pub async fn excerpt(response: Response) -> String {
     let bytes = response.bytes().await.unwrap_or_default();
-    crate::delivery::excerpt(&bytes[..bytes.len().min(300)])
+    crate::support::excerpt::bytes(&bytes[..bytes.len().min(300)])
 }
 
 /// The `rel="next"` URL of a `Link` header, exactly as written.

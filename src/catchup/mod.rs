@@ -33,10 +33,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::clock;
 use crate::config::{Config, GithubRedeliveryConfig, GitlabRedeliveryConfig, StripeBackfillConfig};
-use crate::store::jobs::{self, Done, Op, RunCounts};
+use crate::store::catchup::{self as tables, Done, Op, RunCounts};
 use crate::store::{Store, WriterHandle};
+use crate::support::clock;
 pub use db::Db;
 pub use report::{RateLimited, Request, RunReport, Skipped};
 
@@ -56,7 +56,7 @@ const BUSY_RETRY: Duration = Duration::from_secs(60);
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
-pub enum JobSpec {
+pub enum TaskSpec {
     Github(Arc<GithubRedeliveryConfig>),
     Gitlab(Arc<GitlabRedeliveryConfig>),
     Stripe(Arc<StripeBackfillConfig>),
@@ -64,29 +64,29 @@ pub enum JobSpec {
 
 /// A source's catch-up job, with what it needs of the source.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub struct Task {
     pub source: String,
-    pub spec: JobSpec,
+    pub spec: TaskSpec,
     /// The source's destinations: a fetched event goes to each that takes
     /// it; one that none takes is `stored`.
     pub routes: crate::config::route::Routes,
     pub order_key: Vec<String>,
 }
 
-impl Job {
+impl Task {
     pub fn name(&self) -> &'static str {
         match self.spec {
-            JobSpec::Github(_) => GITHUB_JOB,
-            JobSpec::Gitlab(_) => GITLAB_JOB,
-            JobSpec::Stripe(_) => STRIPE_JOB,
+            TaskSpec::Github(_) => GITHUB_JOB,
+            TaskSpec::Gitlab(_) => GITLAB_JOB,
+            TaskSpec::Stripe(_) => STRIPE_JOB,
         }
     }
 
     pub fn interval(&self) -> Duration {
         match &self.spec {
-            JobSpec::Github(c) => c.interval,
-            JobSpec::Gitlab(c) => c.interval,
-            JobSpec::Stripe(c) => c.interval,
+            TaskSpec::Github(c) => c.interval,
+            TaskSpec::Gitlab(c) => c.interval,
+            TaskSpec::Stripe(c) => c.interval,
         }
     }
 
@@ -96,20 +96,20 @@ impl Job {
 }
 
 /// Every catch-up job the config sets up.
-pub fn jobs(config: &Config) -> Vec<Job> {
+pub fn tasks(config: &Config) -> Vec<Task> {
     config
         .sources
         .iter()
         .filter_map(|s| {
             // Validation allows at most one: each is tied to its kind.
             let spec = if let Some(g) = &s.github_redelivery {
-                JobSpec::Github(Arc::new(g.clone()))
+                TaskSpec::Github(Arc::new(g.clone()))
             } else if let Some(g) = &s.gitlab_redelivery {
-                JobSpec::Gitlab(Arc::new(g.clone()))
+                TaskSpec::Gitlab(Arc::new(g.clone()))
             } else {
-                JobSpec::Stripe(Arc::new(s.stripe_backfill.clone()?))
+                TaskSpec::Stripe(Arc::new(s.stripe_backfill.clone()?))
             };
-            Some(Job {
+            Some(Task {
                 source: s.name.clone(),
                 spec,
                 routes: crate::config::route::Routes::new(&s.destinations),
@@ -127,8 +127,10 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(db: Db) -> anyhow::Result<Runner> {
-        let client = crate::outbound::build(|| crate::outbound::builder().timeout(HTTP_TIMEOUT))
-            .context("building the HTTP client for catch-up")?;
+        let client = crate::support::outbound::build(|| {
+            crate::support::outbound::builder().timeout(HTTP_TIMEOUT)
+        })
+        .context("building the HTTP client for catch-up")?;
         Ok(Runner { db, client })
     }
 }
@@ -136,7 +138,7 @@ impl Runner {
 /// The state of one pass, handed to the job.
 pub struct RunCtx<'a> {
     pub runner: &'a Runner,
-    pub job: &'a Job,
+    pub job: &'a Task,
     pub run_id: i64,
     pub dry_run: bool,
     /// When the pass started (unix ms): the mark it sets on success.
@@ -185,7 +187,7 @@ impl RunCtx<'_> {
 /// Never fails: what went wrong is in the report (and the log).
 pub async fn run_once(
     runner: &Runner,
-    job: &Job,
+    job: &Task,
     dry_run: bool,
     shutdown: &CancellationToken,
 ) -> RunReport {
@@ -234,9 +236,9 @@ pub async fn run_once(
             holder: holder.clone(),
         };
         let result = match &job.spec {
-            JobSpec::Github(cfg) => github::run(&mut ctx, cfg).await,
-            JobSpec::Gitlab(cfg) => gitlab::run(&mut ctx, cfg).await,
-            JobSpec::Stripe(cfg) => stripe::run(&mut ctx, cfg).await,
+            TaskSpec::Github(cfg) => github::run(&mut ctx, cfg).await,
+            TaskSpec::Gitlab(cfg) => gitlab::run(&mut ctx, cfg).await,
+            TaskSpec::Stripe(cfg) => stripe::run(&mut ctx, cfg).await,
         };
         report = ctx.report;
         if let Err(e) = result {
@@ -266,12 +268,12 @@ pub async fn run_once(
 /// for [`LOCK_TTL`]; when its holder is a process of this PID namespace
 /// that no longer exists, the lock is released now instead, so catch-up
 /// runs right after a restart, when it matters most.
-async fn release_if_holder_died(runner: &Runner, job: &Job) {
+async fn release_if_holder_died(runner: &Runner, job: &Task) {
     let name = job.lock_name();
     let read = name.clone();
     let current = runner
         .db
-        .read(move |conn| jobs::lock_holder(conn, &read))
+        .read(move |conn| tables::lock_holder(conn, &read))
         .await;
     let Ok(Some(stale)) = current else {
         return;
@@ -296,7 +298,7 @@ async fn release_if_holder_died(runner: &Runner, job: &Job) {
 
 /// Moves the mark when the run was whole, then records the end of the run:
 /// in that order, so a run seen finished and complete has its mark.
-async fn finish(runner: &Runner, job: &Job, run_id: i64, started_at: i64, report: &mut RunReport) {
+async fn finish(runner: &Runner, job: &Task, run_id: i64, started_at: i64, report: &mut RunReport) {
     if report.complete && !report.dry_run {
         let mark = Op::MarkSuccess {
             source: job.source.clone(),
@@ -331,7 +333,7 @@ async fn finish(runner: &Runner, job: &Job, run_id: i64, started_at: i64, report
 #[derive(Clone)]
 pub struct CatchupHandle {
     runner: Arc<Runner>,
-    jobs: Arc<Vec<Job>>,
+    tasks: Arc<Vec<Task>>,
     /// Passes started on demand stop at their next step when the server
     /// stops, like scheduled ones.
     shutdown: CancellationToken,
@@ -354,7 +356,7 @@ impl CatchupHandle {
         })?;
         Ok(CatchupHandle {
             runner: Arc::new(runner),
-            jobs: Arc::new(jobs(config)),
+            tasks: Arc::new(tasks(config)),
             shutdown,
             alerts: crate::alerts::Alerter::default(),
         })
@@ -368,14 +370,14 @@ impl CatchupHandle {
 
     /// The sources that have a catch-up job.
     pub fn sources(&self) -> impl Iterator<Item = &str> {
-        self.jobs.iter().map(|j| j.source.as_str())
+        self.tasks.iter().map(|j| j.source.as_str())
     }
 
     /// Runs one pass of `source`'s job now (`POST /api/sources/{name}/catch-up`).
     /// `None` when the source has no catch-up job. A pass already running
     /// anywhere makes this one come back `busy` at once.
     pub async fn run_now(&self, source: &str, dry_run: bool) -> Option<RunReport> {
-        let job = self.jobs.iter().find(|j| j.source == source)?;
+        let job = self.tasks.iter().find(|j| j.source == source)?;
         let span = tracing::info_span!("catchup", source = %job.source, job = job.name());
         Some(
             run_once(&self.runner, job, dry_run, &self.shutdown)
@@ -388,7 +390,7 @@ impl CatchupHandle {
     /// stops at its next step. Returns when all job loops have stopped.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut tasks = tokio::task::JoinSet::new();
-        for job in self.jobs.iter().cloned() {
+        for job in self.tasks.iter().cloned() {
             let span = tracing::info_span!("catchup", source = %job.source, job = job.name());
             let runner = self.runner.clone();
             let alerts = self.alerts.clone();
@@ -403,7 +405,7 @@ impl CatchupHandle {
 /// than the interval (or there is none), then one every interval.
 async fn schedule(
     runner: Arc<Runner>,
-    job: Job,
+    job: Task,
     alerts: crate::alerts::Alerter,
     shutdown: CancellationToken,
 ) {
@@ -411,7 +413,7 @@ async fn schedule(
     let (source, name) = (job.source.clone(), job.name());
     let last = runner
         .db
-        .read(move |conn| jobs::last_success(conn, &source, name))
+        .read(move |conn| tables::last_success(conn, &source, name))
         .await;
     let now = clock::now_ms();
     let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX);
@@ -464,7 +466,7 @@ pub async fn run_cli(
     let Some(src) = config.source(source) else {
         anyhow::bail!("no enabled source named {source:?} in {}", config.origin);
     };
-    let job = jobs(config)
+    let job = tasks(config)
         .into_iter()
         .find(|j| j.source == source)
         .ok_or_else(|| {

@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{RateLimited, Request, RunCtx};
-use crate::clock;
-use crate::store::jobs::{self, Op, RequestRecord};
+use crate::store::catchup::{self as tables, Op, RequestRecord};
+use crate::support::clock;
 
 /// One delivery attempt of an event, as a provider lists it.
 #[derive(Debug, Clone)]
@@ -55,7 +55,7 @@ async fn window_start(
     let last = ctx
         .runner
         .db
-        .read(move |conn| jobs::last_success(conn, &source, job))
+        .read(move |conn| tables::last_success(conn, &source, job))
         .await?;
     let start = last
         .map(|at| at.saturating_sub(millis(overlap)))
@@ -118,8 +118,8 @@ async fn choose(
         .db
         .read(move |conn| {
             Ok((
-                jobs::held(conn, &source, &keys)?,
-                jobs::prior_requests(conn, &source, &keys, since)?,
+                tables::held(conn, &source, &keys)?,
+                tables::prior_requests(conn, &source, &keys, since)?,
             ))
         })
         .await?;

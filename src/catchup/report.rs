@@ -6,8 +6,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::Job;
-use crate::clock::format_ms;
+use super::Task;
+use crate::support::clock::format_ms;
 
 /// A provider said "slow down": the pass stops and the next one resumes.
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +77,7 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    pub fn new(job: &Job, dry_run: bool) -> Self {
+    pub fn new(job: &Task, dry_run: bool) -> Self {
         RunReport {
             source: job.source.clone(),
             job: job.name(),

@@ -24,12 +24,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{RateLimited, RunCtx};
-use crate::clock;
 use crate::config::StripeBackfillConfig;
 use crate::config::route::Body;
-use crate::receive::payload::{Identified, Inbound};
-use crate::store::jobs;
+use crate::ingress::receive::payload::{Identified, Inbound};
+use crate::store::catchup as tables;
 use crate::store::models::{Inserted, NewEvent, Origin};
+use crate::support::clock;
 
 /// How far back Stripe lists events.
 pub const MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -61,8 +61,8 @@ pub async fn run(ctx: &mut RunCtx<'_>, cfg: &StripeBackfillConfig) -> anyhow::Re
         .db
         .read(move |conn| {
             Ok((
-                jobs::newest_event_time(conn, &source)?,
-                jobs::last_success(conn, &source, super::STRIPE_JOB)?,
+                tables::newest_event_time(conn, &source)?,
+                tables::last_success(conn, &source, super::STRIPE_JOB)?,
             ))
         })
         .await?;
@@ -127,7 +127,7 @@ async fn list(
             let headers = HeaderMap::new();
             let req = Inbound::new(&headers, body);
             last_id = req.json_str("/id");
-            match crate::receive::stripe::identify(&req) {
+            match crate::ingress::receive::stripe::identify(&req) {
                 Ok(Identified::Event(identity)) if known.insert(identity.delivery_id.clone()) => {
                     ctx.report.seen += 1;
                     listed.push(Missing {
@@ -149,7 +149,7 @@ async fn list(
         let held = ctx
             .runner
             .db
-            .read(move |conn| jobs::held(conn, &source, &ids))
+            .read(move |conn| tables::held(conn, &source, &ids))
             .await?;
         ctx.report.skipped.held += held.len() as u32;
         missing.extend(
@@ -231,6 +231,6 @@ async fn check(response: reqwest::Response) -> anyhow::Result<reqwest::Response>
         _ => "unexpected answer",
     };
     let bytes = response.bytes().await.unwrap_or_default();
-    let body = crate::delivery::excerpt(&bytes[..bytes.len().min(300)]);
+    let body = crate::support::excerpt::bytes(&bytes[..bytes.len().min(300)]);
     bail!("Stripe answered {status} listing events: {hint}: {body}")
 }

@@ -116,7 +116,7 @@ pub enum Command {
     /// bash > /etc/bash_completion.d/hookbox`.
     Completions {
         #[arg(value_enum)]
-        shell: crate::manual::Shell,
+        shell: crate::cli::manual::pages::Shell,
     },
 }
 
@@ -238,7 +238,7 @@ fn state_parser() -> impl TypedValueParser<Value = State> {
 /// A time on the command line: RFC 3339, a bare date (midnight UTC), or
 /// unix milliseconds.
 fn parse_time(value: &str) -> Result<i64, String> {
-    crate::clock::parse_time(value).ok_or_else(|| {
+    crate::support::clock::parse_time(value).ok_or_else(|| {
         "expected an RFC 3339 time (2026-11-01T12:00:00Z), a date (2026-11-01) or unix milliseconds"
             .to_owned()
     })

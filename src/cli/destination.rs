@@ -21,7 +21,7 @@ pub fn run(config: &Config, cmd: DestinationCommand) -> anyhow::Result<()> {
                     Cause::Manual => "by hand",
                     Cause::Breaker => "by its circuit breaker",
                 };
-                let since = crate::clock::format_ms(p.since);
+                let since = crate::support::clock::format_ms(p.since);
                 println!("{}/{}: paused {by} since {since}", p.source, p.destination);
             }
             return Ok(());
@@ -41,7 +41,7 @@ pub fn run(config: &Config, cmd: DestinationCommand) -> anyhow::Result<()> {
             source: source.clone(),
             destination: name.clone(),
             cause: Cause::Manual,
-            since: crate::clock::now_ms(),
+            since: crate::support::clock::now_ms(),
             next_probe_at: None,
         })
     } else {

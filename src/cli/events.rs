@@ -205,7 +205,7 @@ fn clean(text: &str, max: usize) -> String {
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    crate::excerpt::excerpt(flat.trim(), max)
+    crate::support::excerpt::chars(flat.trim(), max)
 }
 
 #[cfg(test)]

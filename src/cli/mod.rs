@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::config::{self, Config};
-use crate::receive::registry::PROVIDERS;
+use crate::ingress::receive::registry::PROVIDERS;
 
 pub mod alerts;
 pub mod args;

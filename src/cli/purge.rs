@@ -16,7 +16,7 @@ pub fn run(config: &Config, older_than: Duration, source: Option<&str>) -> ExitC
 fn purge(config: &Config, older_than: Duration, source: Option<&str>) -> anyhow::Result<()> {
     let older_than_ms = i64::try_from(older_than.as_millis())
         .map_err(|_| anyhow::anyhow!("--older-than is too long"))?;
-    let before = crate::clock::now_ms().saturating_sub(older_than_ms);
+    let before = crate::support::clock::now_ms().saturating_sub(older_than_ms);
     let source = source.map(str::to_owned);
     let n = with_store(config, |store, writer| async move {
         retention::purge_dead(&store, &writer, before, source).await

@@ -62,7 +62,7 @@ fn replay(config: &Config, which: Asked) -> anyhow::Result<()> {
         };
         // One write: the reset, the deliveries created and the re-holding
         // of what is now behind a replayed one go together.
-        let now = crate::clock::now_ms();
+        let now = crate::support::clock::now_ms();
         Ok(writer.write(Replay { filters, now }).await?)
     })?;
     match n {

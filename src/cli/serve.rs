@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::app::App;
 use crate::config::Config;
+use crate::service::app::App;
 
 /// Exit 1 after logging the error that stopped the server.
 pub fn run(config: Config) -> ExitCode {
@@ -22,7 +22,7 @@ pub fn run(config: Config) -> ExitCode {
 
 fn serve(config: Config) -> anyhow::Result<()> {
     // Before the runtime's threads exist: it edits the environment.
-    let inherited = crate::activation::Inherited::from_env()?;
+    let inherited = crate::ingress::activation::Inherited::from_env()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("hookbox")
@@ -37,7 +37,7 @@ fn serve(config: Config) -> anyhow::Result<()> {
             "ready"
         );
         let shutdown = CancellationToken::new();
-        crate::shutdown::cancel_on_signal(shutdown.clone())?;
+        crate::service::shutdown::cancel_on_signal(shutdown.clone())?;
         app.run(shutdown).await
     })
 }

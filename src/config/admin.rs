@@ -2,7 +2,7 @@
 //!
 //! `token` is a secret reference (`env:`, `file:`, `cred:` or a literal).
 //! Left unset, hookbox generates a token at first start and keeps it next
-//! to the database (see `crate::admin::token`); this module only resolves
+//! to the database (see `crate::service::admin::token`); this module only resolves
 //! a configured one.
 
 use serde::{Deserialize, Serialize};

@@ -10,13 +10,13 @@
 //! program that parses options should end them with `--` before it).
 //!
 //! [`Template::parse`] runs at config time and explains a bad pointer;
-//! [`Template::render`] runs per attempt (`crate::dispatch::command`) and
+//! [`Template::render`] runs per attempt (`crate::delivery::push::command`) and
 //! parses the body only when a pointer is used. Both live here, with the
 //! config that holds the parsed template, so that config needs no other
 //! module of hookbox.
 
 /// What of an event the placeholders read. Borrowed from the dispatcher's
-/// job, so config needs no type of `crate::dispatch`.
+/// job, so config needs no type of `crate::delivery::push`.
 #[derive(Debug, Clone, Copy)]
 pub struct Event<'a> {
     pub source: &'a str,

@@ -3,7 +3,7 @@
 //!
 //! `[server.tls]` validation loads the pair so `hookbox check` and start-up
 //! name a missing file, an unreadable key or a key of another certificate;
-//! `crate::tls` loads it the same way to serve it, at start and on every
+//! `crate::ingress::tls` loads it the same way to serve it, at start and on every
 //! reload. It lives in config so that config depends on no other module
 //! of hookbox; [`provider`] is here with it, since the pair must be checked
 //! with the backend that serves it.

@@ -9,7 +9,7 @@
 //! optional filter ([`super::route`]): an event no destination matches is
 //! kept as `stored`, not dispatched. [`validate_all`] turns the raw tables
 //! into [`DeliverConfig`]s, resolving signing secrets to their HMAC keys,
-//! and reports every problem under the key that has it. `crate::dispatch`
+//! and reports every problem under the key that has it. `crate::delivery::push`
 //! is what uses the result.
 
 use std::collections::BTreeMap;

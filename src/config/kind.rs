@@ -2,7 +2,7 @@
 //! source of that kind may and must say (its name, the default tolerance,
 //! whether the signature covers the URL, what a secret of it looks like).
 //!
-//! Config does not list the kinds: each provider file in `crate::receive`
+//! Config does not list the kinds: each provider file in `crate::ingress::receive`
 //! declares its [`KindFacts`], and the registry there is handed to
 //! loading as a [`Kinds`]. So config stays a leaf, and a new provider
 //! edits nothing here.
@@ -84,7 +84,7 @@ impl fmt::Debug for Kind {
     }
 }
 
-/// The kinds a config may name: `crate::receive::registry::PROVIDERS`
+/// The kinds a config may name: `crate::ingress::receive::registry::PROVIDERS`
 /// outside config's own code.
 pub trait Kinds {
     /// The kind called `name`, if there is one.

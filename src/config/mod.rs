@@ -15,7 +15,7 @@
 //! [`ConfigError`]); each table has a file of its own, which owns its raw
 //! and validated types and its checks: `server.rs`, `source.rs` (with
 //! the generic scheme in `hmac.rs`, and `kind.rs`: what a provider kind
-//! tells validation, handed in by `crate::receive`'s registry), `deliver.rs`,
+//! tells validation, handed in by `crate::ingress::receive`'s registry), `deliver.rs`,
 //! `catchup.rs`, `edge.rs`, `tls.rs`, `admin.rs`, `alerts.rs`, `ops.rs`.
 //! `load.rs` finds and parses the file, `validate.rs` checks the whole,
 //! `redact.rs` keeps secrets out of what is printed or passed on.

@@ -5,7 +5,7 @@
 //! The tables have a default for every key, so a config without them
 //! keeps delivered bodies 7 days and keys 30 days, and writes no
 //! snapshots (`backup.dir` unset). [`validate`] reports each problem under
-//! its key; `crate::maintenance` runs the jobs these configure.
+//! its key; `crate::service::maintenance` runs the jobs these configure.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! ([`Secret::standard_key`]) because hookbox also signs its own deliveries
 //! and alerts with one, which validation checks. The keys of provider kinds
 //! (Discord's and SendGrid's public keys) are decoded by their provider
-//! files in `crate::receive`, which declare the check validation runs.
+//! files in `crate::ingress::receive`, which declare the check validation runs.
 
 use std::fmt;
 use std::path::Path;

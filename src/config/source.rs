@@ -27,7 +27,7 @@ use super::{
 #[serde(deny_unknown_fields)]
 pub struct RawSource {
     pub name: String,
-    /// A provider's name (`crate::receive::registry`); validation looks
+    /// A provider's name (`crate::ingress::receive::registry`); validation looks
     /// it up among the [`Kinds`] it is given.
     pub kind: String,
     #[serde(default = "yes")]

@@ -7,7 +7,7 @@ fn load_str(text: &str) -> Result<Config, ConfigError> {
     from_toml(
         text,
         "test".to_owned(),
-        &crate::receive::registry::PROVIDERS,
+        &crate::ingress::receive::registry::PROVIDERS,
     )
 }
 
@@ -798,7 +798,7 @@ fn problems_with(values: &[(&str, toml::Value)]) -> Vec<String> {
     match from_toml(
         &toml::to_string(&doc).unwrap(),
         "test".to_owned(),
-        &crate::receive::registry::PROVIDERS,
+        &crate::ingress::receive::registry::PROVIDERS,
     ) {
         Ok(_) => Vec::new(),
         Err(e) => e.problems,

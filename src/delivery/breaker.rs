@@ -9,7 +9,7 @@
 //! each delivery keeps its own retry schedule, `Retry-After` included.
 //!
 //! This is the state machine alone, on the monotonic clock; the dispatcher
-//! (`crate::dispatch::worker`) asks it before claiming for a lane and tells it how
+//! (`super::push::worker`) asks it before claiming for a lane and tells it how
 //! each attempt ended. A probe's failure is not counted against the
 //! delivery's `max_attempts`: a pause must never push deliveries toward
 //! `dead`.

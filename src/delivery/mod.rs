@@ -4,7 +4,7 @@
 //! stored event, bodies included, so it never reads the database) and
 //! answers an [`Attempt`]: delivered, retry (perhaps after the wait the
 //! destination asked for), or a permanent failure, with a reason cut to
-//! [`EXCERPT_MAX`] ([`excerpt`]). Around it sit the rules every kind
+//! [`excerpt::BYTES_MAX`](crate::support::excerpt::BYTES_MAX) ([`excerpt::bytes`](crate::support::excerpt::bytes)). Around it sit the rules every kind
 //! obeys, whoever makes the attempt:
 //!
 //! * [`settle`]: the settle rule, the one place that says what an attempt
@@ -21,14 +21,16 @@
 //!   pauses, without knowing who listens.
 //!
 //! Leases, claims and per-key order are SQL (`crate::store::deliveries`).
-//! The kinds live above this module: `crate::dispatch` pushes (url,
-//! command), `crate::pull` hands deliveries to consumers who ask. This
-//! module imports neither.
+//! The kinds are its two children, which the core's files never import:
+//! [`push`] pushes (url, command), [`pull`] hands deliveries to consumers
+//! who ask.
 
 pub mod alarm;
 pub mod backoff;
 pub mod board;
 pub mod breaker;
+pub mod pull;
+pub mod push;
 pub mod replay;
 pub mod settle;
 
@@ -78,7 +80,7 @@ pub struct Attempt {
     /// The HTTP status, for url destinations that got a response.
     pub status: Option<u16>,
     pub duration: Duration,
-    /// Why it failed: at most [`EXCERPT_MAX`] bytes, never a secret or a
+    /// Why it failed: at most [`BYTES_MAX`](crate::support::excerpt::BYTES_MAX) bytes, never a secret or a
     /// signature.
     pub error: Option<String>,
 }
@@ -91,7 +93,7 @@ pub struct Attempt {
 pub trait Destination: Send + Sync {
     /// One attempt to deliver `job`. Never fails and never touches the
     /// database: every problem is an [`Attempt`] to record, whose error
-    /// says why in at most [`EXCERPT_MAX`] bytes, never a secret.
+    /// says why in at most [`BYTES_MAX`](crate::support::excerpt::BYTES_MAX) bytes, never a secret.
     fn deliver<'a>(&'a self, job: &'a Job) -> Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>;
 
     /// Whether an attempt still running when the shutdown grace ends is
@@ -100,58 +102,5 @@ pub trait Destination: Send + Sync {
     /// its lease given back (a url request, the default).
     fn interruptible(&self) -> bool {
         false
-    }
-}
-
-/// The most bytes an error excerpt keeps (response body, stderr).
-pub const EXCERPT_MAX: usize = 1024;
-
-/// `bytes` as text for an error column: invalid UTF-8 replaced, and cut on a
-/// character boundary with `…` so the result is at most [`EXCERPT_MAX`]
-/// bytes long.
-pub fn excerpt(bytes: &[u8]) -> String {
-    const ELLIPSIS: &str = "…";
-    // Enough input to fill the excerpt; a character split at this cut turns
-    // into U+FFFD past EXCERPT_MAX, where it is cut off below.
-    let head = &bytes[..bytes.len().min(EXCERPT_MAX + 4)];
-    let mut text = String::from_utf8_lossy(head).into_owned();
-    if text.len() > EXCERPT_MAX || bytes.len() > head.len() {
-        let mut cut = EXCERPT_MAX - ELLIPSIS.len();
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str(ELLIPSIS);
-    }
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn short_text_is_kept_as_is_and_invalid_utf8_replaced() {
-        assert_eq!(excerpt(b"boom"), "boom");
-        assert_eq!(excerpt(b""), "");
-        assert_eq!(excerpt(b"a\xffb"), "a\u{fffd}b");
-        let exact = "x".repeat(EXCERPT_MAX);
-        assert_eq!(excerpt(exact.as_bytes()), exact);
-    }
-
-    #[test]
-    fn long_text_is_cut_on_a_char_boundary_within_the_bound() {
-        let long = "é".repeat(EXCERPT_MAX);
-        let e = excerpt(long.as_bytes());
-        assert!(e.len() <= EXCERPT_MAX, "{}", e.len());
-        assert!(e.ends_with('…'));
-        assert!(e.trim_end_matches('…').chars().all(|c| c == 'é'));
-
-        let big = vec![b'z'; 1 << 20];
-        let e = excerpt(&big);
-        assert!(e.len() <= EXCERPT_MAX && e.len() > EXCERPT_MAX - 8);
-        // Invalid bytes grow threefold when replaced; still bounded.
-        let e = excerpt(&vec![0xff; EXCERPT_MAX]);
-        assert!(e.len() <= EXCERPT_MAX && e.ends_with('…'));
     }
 }

@@ -397,7 +397,7 @@ kind = "github"
 secrets = ["s"]
 "#,
             "test".into(),
-            &crate::receive::registry::PROVIDERS,
+            &crate::ingress::receive::registry::PROVIDERS,
         )
         .unwrap()
     }

@@ -17,7 +17,7 @@
 //!   per /64, as the failure limit counts).
 //!
 //! A request that would go over any of them is refused ([`Refused`];
-//! `crate::receive` answers 503 with `Retry-After`, which every provider
+//! `crate::ingress::receive` answers 503 with `Retry-After`, which every provider
 //! retries). A charge is given back when its request ends, stored or
 //! refused. (The config caps every body limit at the budget; a body
 //! charged past it would be charged the whole budget, a clamp kept in case
@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::limit::key;
-use crate::metrics::EdgeMetrics;
+use crate::telemetry::metrics::EdgeMetrics;
 
 /// Bytes of request bodies the process holds at most.
 pub const BODY_MEMORY: u64 = 256 * 1024 * 1024;

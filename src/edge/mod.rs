@@ -19,9 +19,9 @@
 //!
 //! Refusals are counted in `hookbox_edge_refused_total{source,reason}` and
 //! never logged with the address (debug level names the source only).
-//! `crate::receive` calls [`Edge::client`] and [`Edge::admit`] first,
+//! `crate::ingress::receive` calls [`Edge::client`] and [`Edge::admit`] first,
 //! [`Edge::start_body`] before reading the body, and [`Edge::failed`] after
-//! a 401 or 408; the global connection cap lives in `crate::server`.
+//! a 401 or 408; the global connection cap lives in `crate::ingress::server`.
 
 pub mod bodies;
 pub mod client_addr;
@@ -36,8 +36,8 @@ use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 
 use crate::config::{AllowIps, Config};
-use crate::error::ApiError;
-use crate::metrics::EdgeMetrics;
+use crate::support::error::ApiError;
+use crate::telemetry::metrics::EdgeMetrics;
 use bodies::{Bodies, Charge, Refused};
 use client_addr::Proxies;
 use limit::FailureLimit;
@@ -73,7 +73,7 @@ impl Edge {
     }
 
     /// The client address of a request to `source`. Without the peer
-    /// address (a router driven without `crate::server`), the unspecified
+    /// address (a router driven without `crate::ingress::server`), the unspecified
     /// address stands in: it is in no allowlist.
     pub fn client(&self, source: &str, parts: &Parts) -> Result<IpAddr, ApiError> {
         let peer = parts

@@ -24,11 +24,11 @@ use ipnet::IpNet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock;
 use crate::config::{EdgeConfig, NamedSet, parse_net};
-use crate::metrics::EdgeMetrics;
 use crate::store::ip_sets::{self, CachedSet};
 use crate::store::{Store, WriterHandle};
+use crate::support::clock;
+use crate::telemetry::metrics::EdgeMetrics;
 
 /// What one fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(15);
@@ -97,8 +97,8 @@ impl Refresher {
     ) -> anyhow::Result<Self> {
         // The lists are public and carry no secret: a move of the file
         // (a redirect) is followed, unlike everywhere else.
-        let client = crate::outbound::build(|| {
-            crate::outbound::builder()
+        let client = crate::support::outbound::build(|| {
+            crate::support::outbound::builder()
                 .timeout(FETCH_TIMEOUT)
                 .redirect(reqwest::redirect::Policy::limited(5))
         })

@@ -3,9 +3,9 @@
 //! ([`standard`]) hookbox both verifies and signs with.
 //!
 //! It imports nothing of hookbox, so everything may use it: the provider
-//! verifiers in `crate::receive` (which add their header layouts, the
+//! verifiers in `crate::ingress::receive` (which add their header layouts, the
 //! timestamp windows and the reasons a refusal reports), url destinations
-//! in `crate::dispatch` and JSON alerts in `crate::alerts` (which sign).
+//! in `crate::delivery::push` and JSON alerts in `crate::alerts` (which sign).
 //! Keeping the cryptography here means there is exactly one place where
 //! bytes are compared.
 

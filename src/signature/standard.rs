@@ -4,7 +4,7 @@
 //! Spec: <https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md>.
 //! hookbox signs its url deliveries and JSON alerts this way ([`signature`]),
 //! so the user's app can verify hookbox with any Standard Webhooks (or
-//! Svix) library, and `crate::receive::standard` verifies senders with
+//! Svix) library, and `crate::ingress::receive::standard` verifies senders with
 //! [`verify`]. The key is the base64-decoded part of a `whsec_` secret;
 //! decoding it is config's (`Secret::standard_key`), since validation names
 //! a bad one. Which headers hold the id and timestamp, and the timestamp

@@ -136,7 +136,7 @@ fn heartbeat(tx: &Transaction) -> anyhow::Result<()> {
         "INSERT INTO meta (key, value) VALUES ('heartbeat', ?1)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     )?
-    .execute([crate::clock::now_ms().to_string()])
+    .execute([crate::support::clock::now_ms().to_string()])
     .context("writing the heartbeat")?;
     Ok(())
 }

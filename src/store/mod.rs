@@ -13,13 +13,13 @@
 //! connection of its own, and sends the same writes.
 
 pub mod backup;
+pub mod catchup;
 pub mod checkpoint;
 pub mod counters;
 pub mod deliveries;
 mod error;
 pub mod ingest;
 pub mod ip_sets;
-pub mod jobs;
 pub mod lock;
 pub mod models;
 pub mod orphans;
@@ -50,7 +50,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::config::{Durability, SearchConfig};
-use crate::metrics::WriterMetrics;
+use crate::telemetry::metrics::WriterMetrics;
 pub use error::StoreError;
 pub use lock::DatabaseLock;
 pub use replay::{Replay, ReplayFilter, replay};

@@ -85,7 +85,7 @@ name = "ci"
 command = ["/bin/true"]
 "#,
             "test".into(),
-            &crate::receive::registry::PROVIDERS,
+            &crate::ingress::receive::registry::PROVIDERS,
         )
         .unwrap()
     }

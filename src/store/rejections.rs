@@ -24,7 +24,7 @@
 //! the dashboard: the header *names* (never a value: signatures and tokens
 //! live in values), the body's size and content type (never the body), and
 //! non-secret facts behind the reason ([`Detail`]). The receive side builds
-//! it (`crate::receive::refusal`); this module stores and lists it.
+//! it (`crate::ingress::receive::refusal`); this module stores and lists it.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

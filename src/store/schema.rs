@@ -339,7 +339,7 @@ mod tests {
     #[test]
     fn version_11_counts_the_last_30_days_of_events_and_attempts_per_source_and_hour() {
         let mut conn = at_version(10);
-        let now = crate::clock::now_ms();
+        let now = crate::support::clock::now_ms();
         let hour = crate::store::counters::hour_of(now) - 5 * crate::store::counters::HOUR_MS;
         let old = now - 31 * 24 * crate::store::counters::HOUR_MS;
         conn.execute_batch(&format!(

@@ -1,8 +1,8 @@
-//! What a write is: a job that a feature defines beside its SQL, which the
+//! What a write is: a change that a feature defines beside its SQL, which the
 //! writer thread runs without knowing what it does.
 //!
 //! A feature adds a write by implementing [`Write`] next to its statements
-//! (`deliveries::writes`, `pull_leases`, `jobs`, ...) and sending it with
+//! (`deliveries::writes`, `pull_leases`, `catchup`, ...) and sending it with
 //! [`super::WriterHandle::write`]; nothing in the writer, the syncer or the
 //! handle changes. The writer only knows what the trait says: how to apply
 //! the write inside the group's transaction, whether its answer may go out

@@ -55,7 +55,7 @@ use super::rejections::{Rejection, RejectionQueue};
 use super::search::Indexer;
 use super::syncer::Syncer;
 use super::write::Queued;
-use crate::metrics::WriterMetrics;
+use crate::telemetry::metrics::WriterMetrics;
 
 mod handle;
 mod idle;

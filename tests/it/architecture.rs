@@ -1,6 +1,7 @@
 //! The shape of `src/` that issue "Architecture II" set, kept as a check:
 //! no top-level module of the crate imports, through any chain, one that
-//! imports it back (a lower room never imports a higher one).
+//! imports it back (a lower room never imports a higher one), and the
+//! twelve parts `src/lib.rs` names, in its order, are the whole crate.
 //!
 //! Read from the source text, as a reviewer would: every `crate::name`
 //! path and every name at the top of a `use crate::{...}` group, outside
@@ -72,8 +73,25 @@ fn names_used(code: &str) -> BTreeSet<String> {
     names
 }
 
-#[test]
-fn no_top_level_module_imports_one_that_imports_it_back() {
+/// The top-level modules from the bottom up, as `src/lib.rs` lists them:
+/// each may import only those before it.
+const LAYERS: [&str; 12] = [
+    "config",
+    "signature",
+    "support",
+    "telemetry",
+    "store",
+    "edge",
+    "delivery",
+    "alerts",
+    "ingress",
+    "catchup",
+    "service",
+    "cli",
+];
+
+/// Each top-level module and the top-level modules its code names.
+fn top_level_edges() -> (BTreeSet<String>, BTreeMap<String, BTreeSet<String>>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
@@ -106,6 +124,45 @@ fn no_top_level_module_imports_one_that_imports_it_back() {
             }
         }
     }
+    (tops, edges)
+}
+
+#[test]
+fn the_crate_is_the_twelve_parts_of_the_map_each_importing_only_those_below() {
+    let (tops, edges) = top_level_edges();
+    let layers: BTreeSet<String> = LAYERS.iter().map(|l| l.to_string()).collect();
+    assert_eq!(
+        tops, layers,
+        "the top-level modules are not lib.rs's twelve"
+    );
+    let lib =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let listed: Vec<usize> = LAYERS
+        .iter()
+        .map(|l| {
+            lib.find(&format!("[`{l}`]"))
+                .unwrap_or_else(|| panic!("lib.rs never links {l}"))
+        })
+        .collect();
+    assert!(
+        listed.is_sorted(),
+        "lib.rs does not name the parts from the bottom up"
+    );
+    for (from, to) in edges
+        .iter()
+        .flat_map(|(f, ts)| ts.iter().map(move |t| (f, t)))
+    {
+        let rank = |m: &str| LAYERS.iter().position(|l| *l == m).unwrap();
+        assert!(
+            rank(to) < rank(from),
+            "{from} imports {to}, which sits above it"
+        );
+    }
+}
+
+#[test]
+fn no_top_level_module_imports_one_that_imports_it_back() {
+    let (tops, edges) = top_level_edges();
     // A module reaches itself back through its imports: a cycle.
     for start in &tops {
         let mut seen = BTreeSet::new();
@@ -140,8 +197,8 @@ fn back_to(
 
 #[test]
 fn the_reader_finds_every_name_of_a_use_group() {
-    let code = "use crate::{config::{A, b::C}, store, delivery::x};\nlet y = crate::clock::now();";
+    let code = "use crate::{config::{A, b::C}, store, delivery::x};\nlet y = crate::support::clock::now();";
     let names: Vec<String> = names_used(code).into_iter().collect();
-    assert_eq!(names, ["clock", "config", "delivery", "store"]);
+    assert_eq!(names, ["config", "delivery", "store", "support"]);
     assert_eq!(code_of("a // crate::x\nb\n#[cfg(test)]\ncrate::y"), "a \nb");
 }

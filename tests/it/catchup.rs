@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use hookbox::catchup::{self, RunReport};
 use hookbox::config::{self, Config};
-use hookbox::receive::registry::PROVIDERS;
+use hookbox::ingress::receive::registry::PROVIDERS;
 use rusqlite::Connection;
 
 use crate::helpers::*;
@@ -321,14 +321,14 @@ async fn a_pass_held_elsewhere_is_reported_busy_and_an_expired_lock_is_taken_ove
             )
             .unwrap();
     };
-    hold(hookbox::clock::now_ms() + 60_000);
+    hold(hookbox::support::clock::now_ms() + 60_000);
     let busy = pass(&config, "github", false).await;
     assert!(busy.busy && busy.run_id.is_none(), "{busy:?}");
     assert!(busy.to_string().contains("busy"), "{busy}");
     assert!(fake.posts().is_empty());
 
     // The holder died: its lock ran out.
-    hold(hookbox::clock::now_ms() - 1);
+    hold(hookbox::support::clock::now_ms() - 1);
     let report = pass(&config, "github", false).await;
     assert!(report.complete, "{report:?}");
     assert_eq!(fake.posts(), vec![BASE_ID]);
@@ -347,7 +347,7 @@ async fn the_lock_of_a_pass_whose_process_died_is_released_at_once_not_after_its
             .execute(
                 "INSERT OR REPLACE INTO job_locks (name, holder, expires_at)
                  VALUES ('catchup:github:github_redelivery', ?1, ?2)",
-                rusqlite::params![holder, hookbox::clock::now_ms() + 600_000],
+                rusqlite::params![holder, hookbox::support::clock::now_ms() + 600_000],
             )
             .unwrap();
     };

@@ -97,7 +97,7 @@ async fn counters_count_new_events_and_attempts_per_source_as_the_legend_says() 
     ]
     .concat();
     let app = TestApp::spawn(&sources).await;
-    let started = hookbox::clock::now_ms();
+    let started = hookbox::support::clock::now_ms();
     let body = br#"{"repository":{"full_name":"acme/shop"}}"#;
     let mut posted = Vec::new();
     for (source, n) in [
@@ -129,7 +129,7 @@ async fn counters_count_new_events_and_attempts_per_source_as_the_legend_says() 
         };
         wait_for_state(&app.db_path, *id, state).await;
     }
-    let ended = hookbox::clock::now_ms();
+    let ended = hookbox::support::clock::now_ms();
 
     // received: new events; delivered: attempts that delivered (each
     // destination counts); failed: attempts that did not, the one that
@@ -156,7 +156,7 @@ async fn counters_count_new_events_and_attempts_per_source_as_the_legend_says() 
 async fn an_hour_boundary_splits_the_counts_and_the_chart_shows_both_hours() {
     // The test clock moves this (current-thread) runtime's clock, and with
     // it the server's: an hour boundary three hours ago.
-    let boundary = hour_of(hookbox::clock::now_ms()) - 3 * HOUR_MS;
+    let boundary = hour_of(hookbox::support::clock::now_ms()) - 3 * HOUR_MS;
     set_thread_clock_to(boundary - 10 * 60 * 1000);
     let down = Downstream::start(|_, _| Reply::status(204)).await;
     let sources = format!(
@@ -173,7 +173,7 @@ async fn an_hour_boundary_splits_the_counts_and_the_chart_shows_both_hours() {
     post_event(app.addr, "inbox", "before", "application/json", body).await;
     wait_for_state(&app.db_path, before, "delivered").await;
     assert!(
-        hookbox::clock::now_ms() < boundary,
+        hookbox::support::clock::now_ms() < boundary,
         "the first hour's events took over 5 s: rerun on a quieter machine"
     );
     set_thread_clock_to(boundary + 1_000);
@@ -222,7 +222,7 @@ async fn an_hour_boundary_splits_the_counts_and_the_chart_shows_both_hours() {
     assert!(page.contains("<title id=\"chart-0-hours-title\">shop: received, delivered and failed per hour, last 24 hours</title>"));
 
     app.shutdown().await;
-    hookbox::clock::shift_this_thread(0);
+    hookbox::support::clock::shift_this_thread(0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,7 +285,7 @@ async fn pull_acks_count_as_delivered_and_nacks_as_failed() {
 async fn retention_trims_counters_older_than_32_days_and_keeps_the_rest() {
     let app = TestApp::spawn(GITHUB_SOURCE).await;
     let dir = app.shutdown().await;
-    let now = hookbox::clock::now_ms();
+    let now = hookbox::support::clock::now_ms();
     let (old, kept) = (hour_of(now - 33 * DAY_MS), hour_of(now - 31 * DAY_MS));
     {
         let conn = rusqlite::Connection::open(dir.path().join("hookbox.db")).unwrap();
@@ -331,13 +331,13 @@ async fn an_upgraded_inbox_shows_its_last_30_days_in_the_counters_and_the_charts
         let newest: i64 = conn
             .query_row("SELECT max(received_at) FROM events", [], |r| r.get(0))
             .unwrap();
-        let shift = hookbox::clock::now_ms() - 60_000 - newest;
+        let shift = hookbox::support::clock::now_ms() - 60_000 - newest;
         conn.execute_batch(&format!(
             "UPDATE events SET received_at = received_at + {shift};
              UPDATE attempts SET started_at = started_at + {shift};"
         ))
         .unwrap();
-        let ancient = hookbox::clock::now_ms() - 40 * DAY_MS;
+        let ancient = hookbox::support::clock::now_ms() - 40 * DAY_MS;
         conn.execute(
             "INSERT INTO events (source, delivery_id, received_at, body, state)
              VALUES ('github', 'ancient', ?1, x'7b7d', 'delivered')",

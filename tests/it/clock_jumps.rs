@@ -85,7 +85,7 @@ fn refuse_first(delivery: &str, nth: usize) -> Reply {
 async fn a_forward_clock_jump_makes_a_waiting_retry_due_and_the_running_server_delivers_it() {
     let down = Downstream::start(refuse_first).await;
     let (app, _, id, row) = event_waiting_for_its_retry(&down, "10m").await;
-    let due_in = row.next_attempt_at.unwrap() - hookbox::clock::now_ms();
+    let due_in = row.next_attempt_at.unwrap() - hookbox::support::clock::now_ms();
     assert!(
         (590_000..=600_000).contains(&due_in),
         "Retry-After 600 within a 10 min cap: due in {due_in} ms"
@@ -123,7 +123,7 @@ async fn a_backward_clock_jump_delays_a_waiting_retry_by_at_most_backoff_cap() {
     shift_stored_times(&db, JUMP_MS);
     let parked = event_row(&db, id);
     assert!(
-        parked.next_attempt_at.unwrap() - hookbox::clock::now_ms() > JUMP_MS,
+        parked.next_attempt_at.unwrap() - hookbox::support::clock::now_ms() > JUMP_MS,
         "the stored due time reads as more than 3 h away: {parked:?}"
     );
     // The cap (3 s) twice over, plus the dispatcher's 5 s recheck, with
@@ -142,7 +142,7 @@ async fn a_backward_clock_jump_delays_a_waiting_retry_by_at_most_backoff_cap() {
     };
     assert_eq!(row.attempts, 2, "{row:?}");
     assert!(
-        hookbox::clock::now_ms() < due + JUMP_MS,
+        hookbox::support::clock::now_ms() < due + JUMP_MS,
         "delivered long before the clock came back to the stored time"
     );
     app.shutdown().await;
@@ -183,7 +183,7 @@ async fn a_forward_clock_jump_past_the_lease_of_a_running_attempt_neither_repeat
     shift_stored_times(&db, -JUMP_MS);
     let lease = event_row(&db, k1).lease_until.unwrap();
     assert!(
-        lease < hookbox::clock::now_ms(),
+        lease < hookbox::support::clock::now_ms(),
         "k1's lease reads as run out"
     );
     // An event of another key: the dispatcher claims at once.
@@ -196,7 +196,7 @@ async fn a_forward_clock_jump_past_the_lease_of_a_running_attempt_neither_repeat
         "k1 was not claimed again: {row:?}"
     );
     assert!(
-        row.lease_until.unwrap() > hookbox::clock::now_ms(),
+        row.lease_until.unwrap() > hookbox::support::clock::now_ms(),
         "k1's lease was renewed: {row:?}"
     );
     assert_eq!(down.hits_for("k1").len(), 1);

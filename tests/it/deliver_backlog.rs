@@ -34,7 +34,7 @@ const INGEST_WITHIN: Duration = Duration::from_secs(5);
 fn backlog_database(path: &std::path::Path) {
     let mut conn = Connection::open(path).unwrap();
     hookbox::store::schema::apply(&mut conn).unwrap();
-    let now = hookbox::clock::now_ms();
+    let now = hookbox::support::clock::now_ms();
     let tx = conn.transaction().unwrap();
     let mut body = vec![b'x'; BIG];
     for n in 0..BACKLOG {

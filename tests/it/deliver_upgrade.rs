@@ -154,7 +154,7 @@ async fn a_version_6_database_keeps_every_row_and_its_pending_events_are_deliver
     let down = Downstream::start(|_, _| Reply::status(204)).await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("hookbox.db");
-    version_6_database(&db, hookbox::clock::now_ms());
+    version_6_database(&db, hookbox::support::clock::now_ms());
     let before = lasting_rows(&Connection::open(&db).unwrap());
 
     let sources = format!(

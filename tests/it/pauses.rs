@@ -232,8 +232,8 @@ async fn a_breaker_pause_outlives_a_kill_9_and_probes_when_it_was_due() {
     // the breaker and the backlog follows at once.
     let hits = down.wait_for_hits(before + 6).await;
     let first_after = &hits[before];
-    let at_ms =
-        hookbox::clock::now_ms() - i64::try_from(first_after.at.elapsed().as_millis()).unwrap();
+    let at_ms = hookbox::support::clock::now_ms()
+        - i64::try_from(first_after.at.elapsed().as_millis()).unwrap();
     assert!(
         at_ms >= next_probe - 50,
         "an attempt went {} ms before the restored probe time",

@@ -22,7 +22,7 @@ const RETENTION: &str = "\n[retention]\nbody_days = 2\nkey_days = 5\ninterval = 
 
 /// Sets a row's state and times as if it were `days` old.
 fn backdate(conn: &Connection, delivery: &str, state: &str, days: f64) {
-    let at = hookbox::clock::now_ms() - (days * DAY_MS as f64) as i64;
+    let at = hookbox::support::clock::now_ms() - (days * DAY_MS as f64) as i64;
     let changed = conn
         .execute(
             "UPDATE events SET state = ?2, received_at = ?3,
@@ -85,7 +85,7 @@ async fn retention_drops_old_bodies_then_old_rows_and_a_resend_of_a_deleted_key_
     )
     .unwrap();
     // More old rows than one batch holds, straight into the file.
-    let old = hookbox::clock::now_ms() - 10 * DAY_MS;
+    let old = hookbox::support::clock::now_ms() - 10 * DAY_MS;
     conn.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1234)
          INSERT INTO events (source, delivery_id, received_at, body, state, delivered_at)

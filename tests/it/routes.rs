@@ -804,7 +804,7 @@ async fn replay_to_one_destination_leaves_the_others_alone_and_reaches_one_the_e
 /// Waits until hookbox's clock is past `ms`, so that what it receives
 /// next is received later than that.
 async fn after_millisecond(ms: i64) {
-    while hookbox::clock::now_ms() <= ms {
+    while hookbox::support::clock::now_ms() <= ms {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

@@ -360,7 +360,7 @@ async fn a_destination_added_later_gets_the_old_events_its_filter_takes() {
     for id in [old_push, old_release] {
         wait_for(&app, id, &[("ci", "delivered")]).await;
     }
-    let cut = hookbox::clock::now_ms() + 1;
+    let cut = hookbox::support::clock::now_ms() + 1;
     tokio::time::sleep(Duration::from_millis(5)).await;
     let new_release = post(&app, "new-release", "release").await;
     wait_for(&app, new_release, &[("ci", "delivered")]).await;

@@ -407,7 +407,7 @@ async fn retention_takes_out_of_the_index_what_it_deletes_or_strips() {
     // Stored events as if received 6 and 3 days ago: past key_days (the
     // row goes) and past body_days (the body goes).
     let db = app.db();
-    let now = hookbox::clock::now_ms();
+    let now = hookbox::support::clock::now_ms();
     for (id, days) in [(gone, 6), (stripped, 3)] {
         db.execute(
             "UPDATE events SET received_at = ?2 WHERE id = ?1",

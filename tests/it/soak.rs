@@ -392,7 +392,7 @@ impl Sink {
         for (id, ((source, delivery), _, _)) in &s.ids {
             assert_eq!(
                 *id,
-                hookbox::dispatch::sign::message_id(source, delivery),
+                hookbox::delivery::push::sign::message_id(source, delivery),
                 "{source}/{delivery}"
             );
         }

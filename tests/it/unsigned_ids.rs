@@ -136,7 +136,7 @@ async fn a_linear_request_replayed_with_another_delivery_header_is_a_duplicate()
         "url": "https://linear.app/acme/issue/ENG-7",
         "webhookId": "000d5b74-0000-4000-8000-000000000002",
     });
-    let sent = hookbox::clock::now_ms();
+    let sent = hookbox::support::clock::now_ms();
     let (status, stored) = linear(&app, "d-1", &issue, sent).await;
     assert_eq!(status, 202, "{stored}");
     let id = stored["id"].as_i64().unwrap();

@@ -9,7 +9,7 @@
 //! posts to, which is the reverse-proxy case `public_url` exists for.
 //!
 //! The vectors are signed at a fixed time, so the server's clock is moved
-//! there: see `hookbox::clock::shift_this_thread`.
+//! there: see `hookbox::support::clock::shift_this_thread`.
 
 use serde_json::Value;
 
@@ -124,7 +124,7 @@ async fn check_kind(kind: &str) {
             other => panic!("{name}: unexpected {other}"),
         }
     }
-    hookbox::clock::shift_this_thread(0);
+    hookbox::support::clock::shift_this_thread(0);
     app.shutdown().await;
 }
 

@@ -8,7 +8,7 @@
 //! with it except where the vector says why it differs.
 //!
 //! The vectors are signed at a fixed time, so the server's clock is moved
-//! there: see `hookbox::clock::shift_this_thread`.
+//! there: see `hookbox::support::clock::shift_this_thread`.
 
 use serde_json::Value;
 
@@ -127,7 +127,7 @@ async fn replay(kind: &str) {
         }
     }
     assert_eq!(app.count("SELECT count(*) FROM events"), stored);
-    hookbox::clock::shift_this_thread(0);
+    hookbox::support::clock::shift_this_thread(0);
     app.shutdown().await;
 }
 
@@ -222,9 +222,12 @@ kind = "github"
 secrets = ["s"]
 verify_token = "t"
 "#;
-    let err =
-        hookbox::config::from_toml(text, "test".into(), &hookbox::receive::registry::PROVIDERS)
-            .unwrap_err();
+    let err = hookbox::config::from_toml(
+        text,
+        "test".into(),
+        &hookbox::ingress::receive::registry::PROVIDERS,
+    )
+    .unwrap_err();
     let problems = err.problems.join("\n");
     for expected in [
         "sources[0] (\"discord\").secrets[0]: a Discord public key is 64 hex characters",

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::super::RateLimited;
 use super::super::http::excerpt;
-use crate::clock;
 use crate::config::{AppId, GithubRedeliveryConfig, HookTarget};
+use crate::support::clock;
 
 pub const API_VERSION: &str = "2022-11-28";
 

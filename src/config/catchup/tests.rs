@@ -7,7 +7,7 @@ fn load(sources: &str) -> Result<Config, ConfigError> {
     from_toml(
         sources,
         "test".to_owned(),
-        &crate::receive::registry::PROVIDERS,
+        &crate::ingress::receive::registry::PROVIDERS,
     )
 }
 

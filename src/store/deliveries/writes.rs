@@ -32,7 +32,7 @@ pub struct Claim {
 /// Due deliveries handed to the dispatcher, and when to look again.
 #[derive(Debug, Default)]
 pub struct Claims {
-    pub jobs: Vec<Claimed>,
+    pub claimed: Vec<Claimed>,
     /// The earliest time (unix ms) a delivery of the asked lanes may become
     /// claimable, if any: the next one due, or a lease running out.
     pub next_due: Option<i64>,
@@ -67,7 +67,7 @@ impl Write for Claim {
             claims.died.extend(std::iter::repeat_n(from.lane, died));
             if from.limit > 0 {
                 claims
-                    .jobs
+                    .claimed
                     .extend(super::claim(tx, from, now, lease_until)?);
             }
             let due = earliest(

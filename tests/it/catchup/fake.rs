@@ -249,7 +249,7 @@ fn check_jwt(token: &str, pem: &[u8], iss: i64) -> Result<(), String> {
     validation.set_required_spec_claims(&["exp", "iat", "iss"]);
     let data = decode::<Value>(token, &key, &validation).map_err(|e| format!("jwt: {e}"))?;
     let claims = data.claims;
-    let now = hookbox::clock::now_secs();
+    let now = hookbox::support::clock::now_secs();
     let iat = claims["iat"].as_i64().ok_or("no iat")?;
     let exp = claims["exp"].as_i64().ok_or("no exp")?;
     if claims["iss"] != json!(iss.to_string()) {
@@ -354,7 +354,12 @@ async fn redeliver(s: &Shared, id: i64, mode: Mode) -> Response {
         let mut inner = s.inner.lock().unwrap();
         let new_id = inner.next_id;
         inner.next_id += 1;
-        let mut again = Attempt::new(new_id, &attempt.guid, hookbox::clock::now_secs(), ok);
+        let mut again = Attempt::new(
+            new_id,
+            &attempt.guid,
+            hookbox::support::clock::now_secs(),
+            ok,
+        );
         again.event = attempt.event.clone();
         inner.attempts.push(again);
     }

@@ -367,7 +367,12 @@ async fn resend(s: &Shared, id: i64) -> Response {
         } else {
             status.to_string()
         };
-        let mut again = Event::new(new_id, &event.key, hookbox::clock::now_secs(), &shown);
+        let mut again = Event::new(
+            new_id,
+            &event.key,
+            hookbox::support::clock::now_secs(),
+            &shown,
+        );
         again.kind = event.kind.clone();
         inner.events.push(again);
     }

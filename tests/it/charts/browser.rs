@@ -245,7 +245,7 @@ async fn in_chromium_the_overview_charts_each_source_and_the_event_page_indents_
         "{quiet}"
     );
     // The 30-day chart of shop ends today, with the history in it.
-    let now = hookbox::clock::now_ms();
+    let now = hookbox::support::clock::now_ms();
     let today = now - now.rem_euclid(DAY_MS);
     let days = eval(
         &browser,

@@ -8,9 +8,9 @@ use tempfile::TempDir;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use hookbox::app::App;
 use hookbox::config;
-use hookbox::receive::registry::PROVIDERS;
+use hookbox::ingress::receive::registry::PROVIDERS;
+use hookbox::service::app::App;
 
 use super::signing::github_request;
 

@@ -18,8 +18,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use hookbox::config::Secret;
-use hookbox::receive::payload::Inbound;
-use hookbox::receive::standard::Standard;
+use hookbox::ingress::receive::payload::Inbound;
+use hookbox::ingress::receive::standard::Standard;
 
 use super::eventually;
 use super::signing::now_secs;

@@ -52,7 +52,7 @@ pub fn github_signature(secret: &str, body: &[u8]) -> String {
 }
 
 pub fn now_secs() -> i64 {
-    hookbox::clock::now_secs()
+    hookbox::support::clock::now_secs()
 }
 
 /// A committed provider vector file, `tests/vectors/{kind}.json`.
@@ -68,7 +68,7 @@ pub fn vector_file(kind: &str) -> serde_json::Value {
 /// for vectors signed at a fixed time. `shift_this_thread(0)` puts it back.
 pub fn set_thread_clock_to(at_ms: i64) {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    hookbox::clock::shift_this_thread(at_ms - since.unwrap().as_millis() as i64);
+    hookbox::support::clock::shift_this_thread(at_ms - since.unwrap().as_millis() as i64);
 }
 
 /// POSTs a signed GitHub delivery to `/hooks/{source}` and returns the row id

@@ -1,0 +1,227 @@
+//! One attempt: read the body, deliver, settle the outcome (delivered, a
+//! retry after backoff, or dead), count it, log it, and record it through
+//! the writer.
+//!
+//! A command still running when the shutdown grace ends (the dispatcher's
+//! `stop`) is interrupted: its future is dropped, which SIGKILLs the
+//! command's process group (`crate::delivery::push::command`), and the attempt is
+//! recorded as [`INTERRUPTED`], as a lease a crash left is at the next
+//! start: it counts toward `max_attempts`, as the command may have had
+//! effects, and the delivery is due again at once unless that was its last
+//! attempt: the destination did not fail, hookbox stopped. A url attempt
+//! is not interrupted here: the drain abandons it and gives its lease back.
+
+use tokio_util::sync::CancellationToken;
+
+use super::{BODY_READ_PAUSE, Dispatcher, Done};
+use crate::delivery::breaker::Verdict;
+use crate::delivery::settle::{Ended, Rule, settle};
+use crate::delivery::{Attempt, Destination, Job, Outcome};
+use crate::store::deliveries::{
+    self, AttemptRecord, Claimed, INTERRUPTED, Record, Release, Settled,
+};
+use crate::store::{Store, WriterHandle};
+use crate::support::clock;
+use crate::telemetry::metrics::AttemptOutcome;
+
+impl Dispatcher {
+    /// Builds the task for one claimed delivery, counting it in its lane. A
+    /// probe that fails is not counted against `max_attempts`: it stays
+    /// due, for the next probe.
+    pub(super) fn attempt(
+        &mut self,
+        claimed: Claimed,
+        probe: bool,
+    ) -> impl Future<Output = Done> + Send + 'static {
+        let lane = &mut self.lanes[claimed.lane];
+        lane.in_flight += 1;
+        let source = lane.source.clone();
+        let destination = lane.config.name.clone();
+        let deliverer = lane.destination.clone();
+        let config = lane.config.clone();
+        let metrics = lane.metrics.clone();
+        let writer = self.writer.clone();
+        let store = self.store.clone();
+        let alerts = self.alerts.clone();
+        let stop = self.stop.clone();
+        async move {
+            let lease = claimed.lease();
+            let started_at = clock::now_ms();
+            let (job, attempt, interrupted) = run(
+                claimed,
+                source,
+                destination,
+                &store,
+                &writer,
+                &*deliverer,
+                &stop,
+            )
+            .await?;
+            let now = clock::now_ms();
+            let ended = Ended { probe, interrupted };
+            let settled = settle(attempt.outcome, job.attempt, ended, &Rule::of(&config), now);
+            log_attempt(&job, &attempt, settled);
+            let outcome = match settled {
+                Settled::Delivered => AttemptOutcome::Delivered,
+                Settled::Retry(_) => AttemptOutcome::Retry,
+                Settled::Dead => AttemptOutcome::Dead,
+            };
+            metrics.attempt(outcome, attempt.duration);
+            let record = AttemptRecord {
+                lease,
+                event_id: job.event_id,
+                source: job.source.clone(),
+                destination: job.destination.clone(),
+                attempt: job.attempt,
+                started_at,
+                duration_ms: attempt.duration.as_millis() as i64,
+                settled,
+                status: attempt.status,
+                error: attempt.error,
+                counted: !(probe && matches!(settled, Settled::Retry(_))),
+            };
+            let error = record.error.clone();
+            match writer.queue(Record { record, now }).await {
+                Ok(()) if settled == Settled::Dead => {
+                    alerts.dead(
+                        &job.source,
+                        &job.destination,
+                        job.event_id,
+                        error.as_deref(),
+                    );
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::warn!(event.id = job.event_id, destination = %job.destination, error = %e,
+                    "cannot record the attempt; it will be made again when its lease runs out")
+                }
+            }
+            // Stopping: no breaker to tell, and hookbox failed, not the
+            // destination.
+            (!interrupted).then(|| verdict(attempt.outcome, attempt.status))
+        }
+    }
+}
+
+/// Reads the event's body and makes the attempt; `None` when there was
+/// none to make (nothing to record). `true` with an attempt `stop` cut
+/// short.
+async fn run(
+    claimed: Claimed,
+    source: String,
+    destination: String,
+    store: &Store,
+    writer: &WriterHandle,
+    deliverer: &dyn Destination,
+    stop: &CancellationToken,
+) -> Option<(Job, Attempt, bool)> {
+    let id = claimed.event_id;
+    let body = store.read(move |conn| deliveries::body(conn, id)).await;
+    match body {
+        Ok(Some(body)) => {
+            let mut job = job(claimed, source, destination, body);
+            let (attempt, interrupted) = deliver(deliverer, &job, stop).await;
+            // Not kept while the outcome waits for room in the writer's queue.
+            job.body = bytes::Bytes::new();
+            Some((job, attempt, interrupted))
+        }
+        Ok(None) => {
+            tracing::warn!(event.id = id, "the event was deleted before its attempt");
+            None
+        }
+        // Not an attempt: the destination never saw it, so it must not
+        // count toward max_attempts (or make the event dead). The claim is
+        // given back after a pause, so a database that cannot be read is
+        // not read in a loop.
+        Err(e) => {
+            tracing::warn!(
+                event.id = id,
+                error = %format!("{e:#}"),
+                "cannot read the event's body; trying again shortly, no attempt counted"
+            );
+            tokio::time::sleep(BODY_READ_PAUSE).await;
+            if let Err(e) = writer.write(Release(vec![claimed.lease()])).await {
+                tracing::warn!(error = %e, "cannot give the claim back; its lease runs out");
+            }
+            None
+        }
+    }
+}
+
+/// Runs the attempt; a command's until `stop` at the latest (`true`), when
+/// dropping it kills the command's process group. `biased`: once stopping,
+/// a command not started yet is not started.
+async fn deliver(
+    deliverer: &dyn Destination,
+    job: &Job,
+    stop: &CancellationToken,
+) -> (Attempt, bool) {
+    if !deliverer.interruptible() {
+        return (deliverer.deliver(job).await, false);
+    }
+    let started = std::time::Instant::now();
+    tokio::select! {
+        biased;
+        () = stop.cancelled() => {
+            let attempt = Attempt {
+                outcome: Outcome::Retry { retry_after: None },
+                status: None,
+                duration: started.elapsed(),
+                error: Some(INTERRUPTED.to_owned()),
+            };
+            (attempt, true)
+        }
+        attempt = deliverer.deliver(job) => (attempt, false),
+    }
+}
+
+/// How an attempt's outcome reads to the breaker: a `Retry-After` on a
+/// 429 or 503 asks the whole destination to wait.
+fn verdict(outcome: Outcome, status: Option<u16>) -> Verdict {
+    match outcome {
+        Outcome::Delivered => Verdict::Delivered,
+        Outcome::Dead => Verdict::Refused,
+        Outcome::Retry { retry_after } => Verdict::Failed {
+            pause_for: retry_after.filter(|_| matches!(status, Some(429 | 503))),
+        },
+    }
+}
+
+fn job(c: Claimed, source: String, destination: String, body: Vec<u8>) -> Job {
+    let headers = serde_json::from_str(&c.headers).unwrap_or_default();
+    Job {
+        event_id: c.event_id,
+        source,
+        destination,
+        delivery_id: c.delivery_id,
+        event_type: c.event_type,
+        content_type: c.content_type,
+        headers,
+        body: body.into(),
+        attempt: c.attempt,
+    }
+}
+
+/// A delivery is a debug line, as an accepted event is: the attempts table
+/// and the dashboard keep every one, and a backlog draining at thousands a
+/// second would otherwise run past journald's rate limit (10,000 lines per
+/// 30 s by default), which then drops the service's warnings too. A failed
+/// attempt is worth a line at the default level.
+fn log_attempt(job: &Job, attempt: &Attempt, settled: Settled) {
+    let duration_ms = attempt.duration.as_millis() as u64;
+    let status = attempt.status.map(i64::from).unwrap_or(-1);
+    match settled {
+        Settled::Delivered => tracing::debug!(
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms, "delivered"
+        ),
+        Settled::Retry(at) => tracing::info!(
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
+            retry_in_ms = at - clock::now_ms(), error = attempt.error.as_deref().unwrap_or(""),
+            "attempt failed; will retry"
+        ),
+        Settled::Dead => tracing::warn!(
+            source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
+            error = attempt.error.as_deref().unwrap_or(""), "attempt failed; event is dead"
+        ),
+    }
+}
