@@ -182,7 +182,7 @@ fuzz_target!(|data: &[u8]| {
     let result = hookbox::config::from_toml(
         text,
         "fuzz.toml".into(),
-        &hookbox::receive::registry::PROVIDERS,
+        &hookbox::ingress::receive::registry::PROVIDERS,
     );
     let printed = output(&result);
 

@@ -1,8 +1,8 @@
 //! GitHub: `X-Hub-Signature-256: sha256=<hex>` over the body.
 #![no_main]
 
-use hookbox::receive::github::GitHub;
-use hookbox::receive::payload::Inbound;
+use hookbox::ingress::receive::github::GitHub;
+use hookbox::ingress::receive::payload::Inbound;
 use hookbox_fuzz::{Input, check_identified, first, is_hex_mac, utf8_secrets};
 use libfuzzer_sys::fuzz_target;
 

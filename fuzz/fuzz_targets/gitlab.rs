@@ -1,8 +1,8 @@
 //! GitLab: `X-Gitlab-Token` equal to a configured secret.
 #![no_main]
 
-use hookbox::receive::gitlab::Gitlab;
-use hookbox::receive::payload::Inbound;
+use hookbox::ingress::receive::gitlab::Gitlab;
+use hookbox::ingress::receive::payload::Inbound;
 use hookbox_fuzz::{Input, KEYS, check_identified, first, utf8_secrets};
 use libfuzzer_sys::fuzz_target;
 

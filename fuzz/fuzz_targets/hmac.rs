@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use hookbox::config::{Encoding, RawConfig, RawHmac, RawSource};
-use hookbox::receive::hmac::Hmac;
-use hookbox::receive::payload::Inbound;
+use hookbox::ingress::receive::hmac::Hmac;
+use hookbox::ingress::receive::payload::Inbound;
 use hookbox_fuzz::{
     Input, KEYS, NOW, TOLERANCE, check_identified, first, is_b64_mac, is_hex_mac, replace,
     timestamp_ok,
@@ -67,7 +67,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(config) = hookbox::config::validate(
         raw,
         "fuzz".into(),
-        &hookbox::receive::registry::PROVIDERS,
+        &hookbox::ingress::receive::registry::PROVIDERS,
     ) else {
         return;
     };

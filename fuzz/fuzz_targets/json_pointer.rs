@@ -6,8 +6,8 @@
 #![no_main]
 
 use hookbox::config::{Encoding, Field, HmacConfig, IdFrom, PayloadPart, Secret};
-use hookbox::receive::payload::Inbound;
-use hookbox::receive::{hmac::Hmac, slack::Slack, standard::Standard, stripe};
+use hookbox::ingress::receive::payload::Inbound;
+use hookbox::ingress::receive::{hmac::Hmac, slack::Slack, standard::Standard, stripe};
 use hookbox_fuzz::{Input, check_identified};
 use libfuzzer_sys::fuzz_target;
 

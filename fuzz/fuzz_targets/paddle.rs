@@ -1,8 +1,8 @@
 //! Paddle: `Paddle-Signature: ts=<unix>;h1=<hex>[;h1=..]` over `ts:body`.
 #![no_main]
 
-use hookbox::receive::paddle::Paddle;
-use hookbox::receive::payload::Inbound;
+use hookbox::ingress::receive::paddle::Paddle;
+use hookbox::ingress::receive::payload::Inbound;
 use hookbox_fuzz::{Input, NOW, TOLERANCE, check_identified, first, is_hex_mac, timestamp_ok};
 use libfuzzer_sys::fuzz_target;
 

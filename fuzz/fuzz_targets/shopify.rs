@@ -2,8 +2,8 @@
 //! over the body.
 #![no_main]
 
-use hookbox::receive::payload::Inbound;
-use hookbox::receive::shopify::Shopify;
+use hookbox::ingress::receive::payload::Inbound;
+use hookbox::ingress::receive::shopify::Shopify;
 use hookbox_fuzz::{Input, check_identified, first, is_b64_mac, utf8_secrets};
 use libfuzzer_sys::fuzz_target;
 

@@ -2,8 +2,8 @@
 //! `X-Slack-Request-Timestamp`.
 #![no_main]
 
-use hookbox::receive::payload::Inbound;
-use hookbox::receive::slack::Slack;
+use hookbox::ingress::receive::payload::Inbound;
+use hookbox::ingress::receive::slack::Slack;
 use hookbox_fuzz::{Input, NOW, TOLERANCE, check_identified, first, is_hex_mac, timestamp_ok};
 use libfuzzer_sys::fuzz_target;
 

@@ -2,8 +2,8 @@
 //! `?query` + body; `@query` sets the request's query string.
 #![no_main]
 
-use hookbox::receive::payload::Inbound;
-use hookbox::receive::square::Square;
+use hookbox::ingress::receive::payload::Inbound;
+use hookbox::ingress::receive::square::Square;
 use hookbox_fuzz::{Input, check_identified, first, is_b64_mac, utf8_secrets};
 use libfuzzer_sys::fuzz_target;
 

@@ -4,8 +4,8 @@
 #![no_main]
 
 use hookbox::config::Secret;
-use hookbox::receive::payload::Inbound;
-use hookbox::receive::standard::Standard;
+use hookbox::ingress::receive::payload::Inbound;
+use hookbox::ingress::receive::standard::Standard;
 use hookbox_fuzz::{
     Input, KEYS, NOW, TOLERANCE, b64, check_identified, first, is_b64_mac, timestamp_ok,
 };

@@ -1,8 +1,8 @@
 //! Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=...]` over `t.body`.
 #![no_main]
 
-use hookbox::receive::payload::Inbound;
-use hookbox::receive::stripe::Stripe;
+use hookbox::ingress::receive::payload::Inbound;
+use hookbox::ingress::receive::stripe::Stripe;
 use hookbox_fuzz::{Input, NOW, TOLERANCE, check_identified, first, is_hex_mac, timestamp_ok};
 use libfuzzer_sys::fuzz_target;
 

@@ -4,8 +4,8 @@
 //! in the seeds (2023-11-14T22:13:20Z).
 #![no_main]
 
-use hookbox::receive::payload::Inbound;
-use hookbox::receive::twitch::Twitch;
+use hookbox::ingress::receive::payload::Inbound;
+use hookbox::ingress::receive::twitch::Twitch;
 use hookbox_fuzz::{Input, NOW, TOLERANCE, check_identified, first, is_hex_mac, utf8_secrets};
 use libfuzzer_sys::fuzz_target;
 

@@ -2,8 +2,8 @@
 //! `x-zm-request-timestamp` (no window); answers `endpoint.url_validation`.
 #![no_main]
 
-use hookbox::receive::payload::{Handshake, Identified, Inbound};
-use hookbox::receive::zoom::Zoom;
+use hookbox::ingress::receive::payload::{Handshake, Identified, Inbound};
+use hookbox::ingress::receive::zoom::Zoom;
 use hookbox_fuzz::{Input, check_identified, first, is_hex_mac, utf8_secrets};
 use libfuzzer_sys::fuzz_target;
 

@@ -1,5 +1,5 @@
 //! Shared by the fuzz targets: the input format, the fixed keys, and an
-//! HMAC computed here, independently of `hookbox::receive::verify`.
+//! HMAC computed here, independently of `hookbox::ingress::receive::verify`.
 //!
 //! Every verifier target reads its input as a tiny HTTP-ish text, so the
 //! seeds in `fuzz/seeds/` stay readable and libFuzzer's mutations stay
@@ -182,9 +182,9 @@ pub fn replace(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
 /// Checks what identification returned, whatever the kind: a delivery id
 /// is 1..=256 bytes or a body hash; a handshake's answer is not empty.
 pub fn check_identified(
-    result: Result<hookbox::receive::payload::Identified, hookbox::receive::payload::IdentifyError>,
+    result: Result<hookbox::ingress::receive::payload::Identified, hookbox::ingress::receive::payload::IdentifyError>,
 ) {
-    use hookbox::receive::payload::{Handshake, Identified, MAX_DELIVERY_ID_LEN};
+    use hookbox::ingress::receive::payload::{Handshake, Identified, MAX_DELIVERY_ID_LEN};
     match result {
         Ok(Identified::Event(id)) => {
             let d = &id.delivery_id;
