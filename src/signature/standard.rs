@@ -76,6 +76,12 @@ mod tests {
     const TS: i64 = 1_614_265_330;
     const BODY: &[u8] = br#"{"test": 2432232314}"#;
     const SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+    // The Rust reference library's test vector (`whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD`).
+    const RUST_KEY_B64: &str = "C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    const RUST_ID: &str = "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk";
+    const RUST_TS: i64 = 1_649_367_553;
+    const RUST_BODY: &[u8] = br#"{"email":"test@example.com","username":"test_user"}"#;
+    const RUST_SIG: &str = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
 
     fn key() -> Vec<u8> {
         base64::engine::general_purpose::STANDARD
@@ -98,6 +104,10 @@ mod tests {
         assert_eq!(signature(&key(), ID, TS, BODY), SIG);
         assert_eq!(check(SIG, BODY), Ok(()));
         assert_eq!(check(&format!("v2,AAAA {SIG}"), BODY), Ok(()));
+        let rust_key = base64::engine::general_purpose::STANDARD
+            .decode(RUST_KEY_B64)
+            .unwrap();
+        assert_eq!(signature(&rust_key, RUST_ID, RUST_TS, RUST_BODY), RUST_SIG);
     }
 
     #[test]

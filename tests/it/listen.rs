@@ -92,6 +92,20 @@ async fn exits_within(mut child: Child, within: Duration) -> std::process::Outpu
     child.wait_with_output().unwrap()
 }
 
+/// What a take of the test's pull destination hands out, as the server
+/// answers it (`query`: e.g. `?max=100`).
+async fn take(app: &TestApp, query: &str) -> serde_json::Value {
+    app.client
+        .post(app.url(&format!("/pull/github/laptop{query}")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 async fn post_all(app: &TestApp, ids: &[String]) {
     for (i, id) in ids.iter().enumerate() {
         let body = format!(
@@ -209,16 +223,7 @@ async fn sigint_gives_back_what_it_holds_at_once_and_exits_0() {
     // would have run out.
     let left = app.count("SELECT count(*) FROM deliveries WHERE state = 'pending'");
     assert!(left > 0, "SIGINT came after everything was forwarded");
-    let took = app
-        .client
-        .post(app.url("/pull/github/laptop?max=100"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json::<serde_json::Value>()
-        .await
-        .unwrap();
+    let took = take(&app, "?max=100").await;
     let n = took["events"].as_array().unwrap().len();
     assert!(n > 0, "nothing was given back: {took}");
     assert_eq!(
@@ -361,16 +366,7 @@ async fn sigint_gives_back_the_event_the_app_is_still_working_on_and_exits_0_wit
         "no attempt counted"
     );
     assert_eq!(app.count("SELECT count(*) FROM leases"), 0, "released");
-    let took = app
-        .client
-        .post(app.url("/pull/github/laptop"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json::<serde_json::Value>()
-        .await
-        .unwrap();
+    let took = take(&app, "").await;
     assert_eq!(
         took["events"][0]["delivery_id"], "held-0",
         "due at once: {took}"
