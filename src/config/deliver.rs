@@ -3,10 +3,11 @@
 //!
 //! A source has zero or more destinations: an array of tables, or the
 //! single table `[sources.deliver]` of earlier configs, which is one
-//! destination named `default` ([`RawDestinations`]). Each is either `url`
-//! (an HTTP POST signed the Standard Webhooks way with `signing_secret`)
-//! or `command` (an argv run without a shell), never both, with an
-//! optional filter ([`super::route`]): an event no destination matches is
+//! destination named `default` ([`RawDestinations`]). Each is one kind
+//! (the table of kinds is `super::destinations`): `url` (an HTTP POST
+//! signed the Standard Webhooks way with `signing_secret`), `command` (an
+//! argv run without a shell), `pull`, or a broker (`super::broker`), with
+//! an optional filter ([`super::route`]): an event no destination matches is
 //! kept as `stored`, not dispatched. [`validate_all`] turns the raw tables
 //! into [`DeliverConfig`]s, resolving signing secrets to their HMAC keys,
 //! and reports every problem under the key that has it. `crate::delivery::push`
@@ -18,6 +19,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::broker::amqp::{AmqpConfig, RawAmqp};
+use super::broker::mqtt::{MqttConfig, RawMqtt};
+use super::broker::nats::{NatsConfig, RawNats};
+use super::broker::redis::{RawRedis, RedisConfig};
 use super::route::Filter;
 use super::secret::Secret;
 use super::{duration, limits, secret};
@@ -120,6 +125,15 @@ pub struct RawDeliver {
     /// Nothing is pushed: consumers take deliveries through the pull API.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pull: Option<RawPull>,
+    /// The broker kinds (`super::broker`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats: Option<RawNats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis: Option<RawRedis>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amqp: Option<RawAmqp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mqtt: Option<RawMqtt>,
     /// Secret reference; a Standard Webhooks `whsec_` secret. Required with
     /// `url`, refused with `command`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -161,6 +175,10 @@ impl Default for RawDeliver {
             url: None,
             command: None,
             pull: None,
+            nats: None,
+            redis: None,
+            amqp: None,
+            mqtt: None,
             signing_secret: None,
             timeout: Duration::from_secs(30),
             max_attempts: 12,
@@ -185,6 +203,10 @@ impl fmt::Debug for RawDeliver {
             .field("url", &self.url)
             .field("command", &self.command)
             .field("pull", &self.pull)
+            .field("nats", &self.nats)
+            .field("redis", &self.redis)
+            .field("amqp", &self.amqp)
+            .field("mqtt", &self.mqtt)
             .field(
                 "signing_secret",
                 &self.signing_secret.as_deref().map(secret::describe),
@@ -268,7 +290,14 @@ pub enum Destination {
         template: super::argv::Template,
     },
     /// Deliveries wait for a consumer of the pull API holding `token`.
-    Pull { token: Secret, max_bytes: u64 },
+    Pull {
+        token: Secret,
+        max_bytes: u64,
+    },
+    Nats(NatsConfig),
+    Redis(RedisConfig),
+    Amqp(AmqpConfig),
+    Mqtt(MqttConfig),
 }
 
 /// Written by hand: the key is shown as `[redacted]`.
@@ -288,6 +317,10 @@ impl fmt::Debug for Destination {
                 .field("token", &"[redacted]")
                 .field("max_bytes", max_bytes)
                 .finish(),
+            Destination::Nats(c) => c.fmt(f),
+            Destination::Redis(c) => c.fmt(f),
+            Destination::Amqp(c) => c.fmt(f),
+            Destination::Mqtt(c) => c.fmt(f),
         }
     }
 }
@@ -361,27 +394,7 @@ fn validate(
         ));
     }
     let filter = Filter::parse(&raw.events, &raw.when, at, problems);
-    let destination = match (&raw.url, &raw.command, &raw.pull) {
-        (Some(url), None, None) => {
-            url_destination(url, raw.signing_secret.as_deref(), at, problems)
-        }
-        (None, Some(argv), None) => {
-            unsigned(raw, "a command is not sent signed requests", at, problems);
-            command_destination(argv, at, problems)
-        }
-        (None, None, Some(pull)) => {
-            unsigned(raw, "a consumer takes events from hookbox", at, problems);
-            pull_destination(pull, at, problems)
-        }
-        (None, None, None) => {
-            problems.push(format!("{at}: set url, command or pull"));
-            None
-        }
-        _ => {
-            problems.push(format!("{at}: set only one of url, command and pull"));
-            None
-        }
-    };
+    let destination = super::destinations::validate(raw, at, problems);
     limits::DELIVER_TIMEOUT.check(at, raw.timeout, problems);
     limits::DELIVER_MAX_ATTEMPTS.check(at, raw.max_attempts, problems);
     limits::DELIVER_BACKOFF_BASE.check(at, raw.backoff_base, problems);
@@ -423,6 +436,38 @@ fn validate(
         concurrency: raw.concurrency,
         permanent_statuses: raw.permanent_statuses.clone(),
     })
+}
+
+/// The `url` kind (`super::destinations`).
+pub(super) fn url_kind(
+    raw: &RawDeliver,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<Destination> {
+    url_destination(
+        raw.url.as_deref()?,
+        raw.signing_secret.as_deref(),
+        at,
+        problems,
+    )
+}
+
+/// The `command` kind.
+pub(super) fn command_kind(
+    raw: &RawDeliver,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<Destination> {
+    command_destination(raw.command.as_deref()?, at, problems)
+}
+
+/// The `pull` kind.
+pub(super) fn pull_kind(
+    raw: &RawDeliver,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<Destination> {
+    pull_destination(raw.pull.as_ref()?, at, problems)
 }
 
 fn url_destination(
@@ -499,15 +544,6 @@ fn parse_rate(text: &str) -> Result<Duration, String> {
         return Err(format!("is over the maximum of {MAX_RATE_PER_SEC}/s"));
     }
     Ok(per / u32::try_from(n).map_err(|_| FORM)?)
-}
-
-/// A `signing_secret` where nothing is sent signed is a mistake.
-fn unsigned(raw: &RawDeliver, why: &str, at: &str, problems: &mut Vec<String>) {
-    if raw.signing_secret.is_some() {
-        problems.push(format!(
-            "{at}.signing_secret: only for url destinations ({why})"
-        ));
-    }
 }
 
 fn pull_destination(pull: &RawPull, at: &str, problems: &mut Vec<String>) -> Option<Destination> {

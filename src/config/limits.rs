@@ -262,6 +262,12 @@ pub const EDGE_MAX_CLIENT_LONG_POLLS: CountLimit = count("edge.max_client_long_p
 /// What one pull answer may carry: the same bound as a body read.
 pub const PULL_MAX_BYTES: CountLimit = count("sources.deliver.pull.max_bytes", 1, 256 * MIB);
 
+/// Entries a Redis stream keeps (approximately) when hookbox trims it; a
+/// billion small entries is already tens of GB of the server's memory.
+pub const REDIS_MAXLEN: CountLimit = count("sources.deliver.redis.maxlen", 1, 1_000_000_000);
+/// MQTT's quality of service: 1 (PUBACK) or 2 (PUBCOMP); 0 confirms nothing.
+pub const MQTT_QOS: CountLimit = count("sources.deliver.mqtt.qos", 1, 2);
+
 /// `0` turns the breaker off; past ten thousand failures in a row it is
 /// off in all but name.
 pub const DELIVER_BREAKER_FAILURES: CountLimit =
@@ -295,6 +301,8 @@ pub const COUNTS: &[CountLimit] = &[
     DELIVER_CONCURRENCY,
     DELIVER_BREAKER_FAILURES,
     PULL_MAX_BYTES,
+    REDIS_MAXLEN,
+    MQTT_QOS,
     ALERT_REJECTIONS_THRESHOLD,
     GITLAB_RESEND_LIMIT,
 ];

@@ -16,7 +16,9 @@
 //! and validated types and its checks: `server.rs`, `source.rs` (with
 //! the generic scheme in `hmac.rs`, and `kind.rs`: what a provider kind
 //! tells validation, handed in by `crate::ingress::receive`'s registry), `deliver.rs`,
-//! `catchup.rs`, `edge.rs`, `tls.rs`, `admin.rs`, `alerts.rs`, `ops.rs`.
+//! `catchup.rs`, `edge.rs`, `tls.rs`, `admin.rs`, `alerts.rs`, `ops.rs`; the
+//! destination kinds are a table (`destinations.rs`), the broker kinds'
+//! tables each a file of [`broker`].
 //! `load.rs` finds and parses the file, `validate.rs` checks the whole,
 //! `redact.rs` keeps secrets out of what is printed or passed on.
 //! Config is a leaf of the crate: it uses no other module of hookbox, so
@@ -25,9 +27,11 @@
 mod admin;
 mod alerts;
 pub mod argv;
+pub mod broker;
 mod catchup;
 pub mod cert;
 mod deliver;
+mod destinations;
 mod duration;
 mod edge;
 mod hmac;

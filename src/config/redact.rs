@@ -45,6 +45,10 @@ impl RawConfig {
             for deliver in source.deliver.iter_mut() {
                 found.extend(deliver.signing_secret.as_mut());
                 found.extend(deliver.pull.as_mut().map(|p| &mut p.token));
+                found.extend(deliver.nats.iter_mut().flat_map(|k| k.secrets_mut()));
+                found.extend(deliver.redis.iter_mut().flat_map(|k| k.secrets_mut()));
+                found.extend(deliver.amqp.iter_mut().flat_map(|k| k.secrets_mut()));
+                found.extend(deliver.mqtt.iter_mut().flat_map(|k| k.secrets_mut()));
             }
             if let Some(github) = &mut source.github_redelivery {
                 found.extend(github.token.as_mut());

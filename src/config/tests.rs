@@ -436,10 +436,13 @@ fn each_deliver_problem_is_reported_under_its_key() {
     let at = "sources[0] (\"github\").deliver";
     let sig = format!("signing_secret = \"{WHSEC}\"");
     for (table, needle) in [
-        (String::new(), format!("{at}: set url, command or pull")),
+        (
+            String::new(),
+            format!("{at}: set url, command, pull, nats, redis, amqp or mqtt"),
+        ),
         (
             format!(r#"url = "http://a", command = ["x"], {sig}"#),
-            format!("{at}: set only one of url, command and pull"),
+            format!("{at}: set only one of url, command, pull, nats, redis, amqp and mqtt"),
         ),
         (
             format!(r#"url = "ftp://a/x", {sig}"#),
@@ -749,6 +752,18 @@ fn full_table() -> toml::Table {
         kind = "gitlab"
         secrets = ["s"]
         gitlab_redelivery = {{ project = "acme/shop", hook_id = 1, token = "t" }}
+        [[sources.deliver]]
+        name = "nats"
+        nats = {{ url = "nats://127.0.0.1:4222", subject = "hooks.{{source}}", credentials = "c" }}
+        [[sources.deliver]]
+        name = "redis"
+        redis = {{ url = "redis://127.0.0.1:6379", stream = "hooks", maxlen = 1000 }}
+        [[sources.deliver]]
+        name = "amqp"
+        amqp = {{ url = "amqp://127.0.0.1:5672/%2f", exchange = "hooks", routing_key = "{{source}}" }}
+        [[sources.deliver]]
+        name = "mqtt"
+        mqtt = {{ url = "mqtt://127.0.0.1:1883", topic = "hooks/{{source}}", qos = 1 }}
         [[alerts]]
         url = "https://hooks.slack.com/services/T0/B0/x"
         format = "slack"
@@ -905,6 +920,14 @@ fn absurd_durations_and_counts_are_all_refused_at_once() {
             Some(rest) if rest.starts_with("gitlab_redelivery") => {
                 format!("sources[2] (\"gitlab\").{rest}: ")
             }
+            Some(rest) if rest.starts_with("deliver.redis") => format!(
+                "sources[2] (\"gitlab\").deliver[1] (\"redis\").{rest}: "
+            )
+            .replacen("deliver.redis", "redis", 1),
+            Some(rest) if rest.starts_with("deliver.mqtt") => format!(
+                "sources[2] (\"gitlab\").deliver[3] (\"mqtt\").{rest}: "
+            )
+            .replacen("deliver.mqtt", "mqtt", 1),
             Some(rest) => format!("sources[0] (\"github\").{rest}: "),
             None => match key.strip_prefix("alerts.") {
                 Some(rest) => format!("alerts[0].{rest}: "),
@@ -933,7 +956,11 @@ fn a_refused_duration_shows_the_value_and_the_maximum() {
         p,
         [
             "sources[0] (\"github\").deliver.timeout: 40000000000years is over the maximum of 1h",
-            "sources[1] (\"stripe\").deliver.timeout: 40000000000years is over the maximum of 1h"
+            "sources[1] (\"stripe\").deliver.timeout: 40000000000years is over the maximum of 1h",
+            "sources[2] (\"gitlab\").deliver[0] (\"nats\").timeout: 40000000000years is over the maximum of 1h",
+            "sources[2] (\"gitlab\").deliver[1] (\"redis\").timeout: 40000000000years is over the maximum of 1h",
+            "sources[2] (\"gitlab\").deliver[2] (\"amqp\").timeout: 40000000000years is over the maximum of 1h",
+            "sources[2] (\"gitlab\").deliver[3] (\"mqtt\").timeout: 40000000000years is over the maximum of 1h",
         ]
     );
 }

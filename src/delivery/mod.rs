@@ -51,6 +51,9 @@ pub struct Job {
     pub destination: String,
     pub delivery_id: String,
     pub event_type: Option<String>,
+    /// When the event was stored, unix ms (`hookbox-received-at` of a
+    /// broker message).
+    pub received_at: i64,
     pub content_type: Option<String>,
     /// The provider headers stored with the event (`events.headers`),
     /// lowercase names to string values.
@@ -85,8 +88,8 @@ pub struct Attempt {
     pub error: Option<String>,
 }
 
-/// One kind of destination that hookbox pushes to (url, command, and the
-/// brokers to come): the one contract every attempt keeps. A pull
+/// One kind of destination that hookbox pushes to (url, command, the
+/// brokers): the one contract every attempt keeps. A pull
 /// destination has no implementation: its consumer makes the attempt and
 /// answers through the pull API (ack, nack), which settles it by the same
 /// rule ([`settle`]).

@@ -14,10 +14,15 @@ const PROBE: &str = "env:HOOKBOX_PROBE_SECRET";
 
 /// The secret fields, as the test finds them. Kept here too so that a
 /// field leaving the list is a visible change.
-const SECRET: [&str; 11] = [
+const SECRET: [&str; 16] = [
     "admin.token",
     "alerts.signing_secret",
     "alerts.url",
+    "sources.deliver.amqp.url",
+    "sources.deliver.mqtt.url",
+    "sources.deliver.nats.credentials",
+    "sources.deliver.nats.url",
+    "sources.deliver.redis.url",
     "sources.deliver.pull.token",
     "sources.deliver.signing_secret",
     "sources.github_redelivery.private_key",
@@ -47,10 +52,15 @@ const NOT_SECRET: &[&str] = &[
     "server.tls.key",
     "server.trusted_proxies",
     "sources.allow_ips",
+    "sources.deliver.amqp.exchange",
+    "sources.deliver.amqp.routing_key",
     "sources.deliver.command",
     "sources.deliver.events",
+    "sources.deliver.mqtt.topic",
     "sources.deliver.name",
+    "sources.deliver.nats.subject",
     "sources.deliver.rate",
+    "sources.deliver.redis.stream",
     "sources.deliver.url",
     "sources.github_redelivery.api_url",
     "sources.github_redelivery.app_id",

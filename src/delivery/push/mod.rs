@@ -2,7 +2,8 @@
 //!
 //! This module owns the push kinds of destination: [`url`] POSTs a Standard
 //! Webhooks-signed request, [`command`] runs a program with the body on
-//! stdin, and hookbox's outbound signature ([`sign`]). Each makes one
+//! stdin, [`broker`] publishes to NATS, Redis, RabbitMQ or MQTT, and
+//! hookbox's outbound signature ([`sign`]). Each makes one
 //! attempt by the contract of `crate::delivery` (a `Job` in, an `Attempt`
 //! out) and never touches the database: the caller records it.
 //!
@@ -11,6 +12,7 @@
 //! and the pauses are `crate::delivery`'s, claiming and per-key ordering
 //! are SQL, in `crate::store::deliveries`.
 
+pub mod broker;
 pub mod command;
 pub mod sign;
 pub mod url;
@@ -51,5 +53,21 @@ pub fn destination(config: &DeliverConfig, shared: &Shared) -> Option<Arc<dyn De
             ))
         }
         config::Destination::Pull { .. } => return None,
+        config::Destination::Nats(nats) => Arc::new(broker::nats::NatsDestination::new(
+            nats.clone(),
+            config.timeout,
+        )),
+        config::Destination::Redis(redis) => Arc::new(broker::redis::RedisDestination::new(
+            redis.clone(),
+            config.timeout,
+        )),
+        config::Destination::Amqp(amqp) => Arc::new(broker::amqp::AmqpDestination::new(
+            amqp.clone(),
+            config.timeout,
+        )),
+        config::Destination::Mqtt(mqtt) => Arc::new(broker::mqtt::MqttDestination::new(
+            mqtt.clone(),
+            config.timeout,
+        )),
     })
 }

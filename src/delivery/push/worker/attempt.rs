@@ -195,6 +195,7 @@ fn job(c: Claimed, source: String, destination: String, body: Vec<u8>) -> Job {
         destination,
         delivery_id: c.delivery_id,
         event_type: c.event_type,
+        received_at: c.received_at,
         content_type: c.content_type,
         headers,
         body: body.into(),

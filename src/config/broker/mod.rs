@@ -1,0 +1,127 @@
+//! The broker destinations' tables (`nats`, `redis`, `amqp`, `mqtt`), one
+//! file each, and what they share: the broker URL, a secret reference
+//! checked for its scheme ([`BrokerUrl`]), and the name of where a message
+//! goes (subject, stream, routing key, topic), a [`NameTemplate`] whose
+//! placeholders are made safe for the broker's naming rules.
+//!
+//! Like the rest of config, this parses and checks; the brokers are
+//! spoken to by `crate::delivery::push::broker`.
+
+pub mod amqp;
+pub mod mqtt;
+pub mod nats;
+pub mod redis;
+mod template;
+
+use std::fmt;
+
+pub use template::{NameRules, NameTemplate, Names};
+
+use super::secret::{self, Secret};
+
+/// A broker's URL, resolved from its secret reference (it carries the
+/// credentials): its `Debug` shows only the scheme, host and port.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BrokerUrl {
+    url: Secret,
+    /// `scheme://host:port`, without user, password, path or query: what
+    /// the dashboard and `Debug` may show.
+    shown: String,
+}
+
+impl BrokerUrl {
+    /// Resolves `reference` (at `at`, e.g. `...deliver.nats.url`) and
+    /// checks it is a URL with a host and one of `schemes`. Messages never
+    /// hold the URL, only the reference's kind.
+    pub(super) fn resolve(
+        reference: &str,
+        schemes: &[&str],
+        at: &str,
+        problems: &mut Vec<String>,
+    ) -> Option<BrokerUrl> {
+        let described = secret::describe(reference);
+        let url = match secret::resolve(reference) {
+            Ok(url) => url,
+            Err(why) => {
+                problems.push(format!("{at} ({described}): {why}"));
+                return None;
+            }
+        };
+        let parsed = match url::Url::parse(url.expose()) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                problems.push(format!("{at} ({described}): not a URL: {e}"));
+                return None;
+            }
+        };
+        if !schemes.contains(&parsed.scheme()) {
+            problems.push(format!(
+                "{at} ({described}): the scheme must be {}",
+                or_list(schemes)
+            ));
+            return None;
+        }
+        let Some(host) = parsed.host_str().filter(|h| !h.is_empty()) else {
+            problems.push(format!("{at} ({described}): has no host"));
+            return None;
+        };
+        let shown = match parsed.port() {
+            Some(port) => format!("{}://{host}:{port}", parsed.scheme()),
+            None => format!("{}://{host}", parsed.scheme()),
+        };
+        Some(BrokerUrl { url, shown })
+    }
+
+    /// The whole URL, credentials included: for the broker client only.
+    pub fn expose(&self) -> &str {
+        self.url.expose()
+    }
+
+    /// `scheme://host:port`, safe to show.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+}
+
+/// A URL taken as valid, for tests of the brokers' clients.
+#[cfg(test)]
+pub fn test_url(url: &str) -> BrokerUrl {
+    let mut problems = Vec::new();
+    let schemes = [
+        "nats",
+        "redis",
+        "amqp",
+        "mqtt",
+        url.split(':').next().unwrap_or(""),
+    ];
+    let url = BrokerUrl::resolve(url, &schemes, "test", &mut problems);
+    url.unwrap_or_else(|| panic!("{problems:?}"))
+}
+
+impl fmt::Debug for BrokerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} [credentials redacted]", self.shown)
+    }
+}
+
+/// `a`, `a or b`, `a, b or c`.
+fn or_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+/// Parses `text` (at `at`) as a name template under `rules`, pushing the
+/// problem if it is not one.
+fn template(
+    text: &str,
+    rules: &'static NameRules,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<NameTemplate> {
+    NameTemplate::parse(text, rules)
+        .map_err(|why| problems.push(format!("{at}: {text:?} {why}")))
+        .ok()
+}
