@@ -4,6 +4,7 @@ mod alerts;
 mod architecture;
 mod backup;
 mod book;
+mod brokers;
 mod catchup;
 mod charts;
 mod cli;

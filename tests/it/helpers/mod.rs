@@ -2,6 +2,9 @@
 //!
 //! - [`app`]: `TestApp`, the production `App` in this process on
 //!   127.0.0.1:0 with a database in a temp dir;
+//! - [`brokers`]: real NATS, Redis, RabbitMQ and Mosquitto servers on
+//!   loopback, killed and restarted at will, and a proxy that cuts a
+//!   connection between a publish and its reply;
 //! - [`process`]: the real binary as a child process (`ChildServer`, the
 //!   `hookbox()` command with a clean environment, free ports);
 //! - [`servers`]: loopback HTTP servers: the recording `Downstream` that
@@ -17,6 +20,7 @@
 use std::time::{Duration, Instant};
 
 mod app;
+mod brokers;
 mod process;
 mod rows;
 mod servers;
@@ -25,6 +29,7 @@ mod sources;
 mod tools;
 
 pub use app::*;
+pub use brokers::*;
 pub use process::*;
 pub use rows::*;
 pub use servers::*;

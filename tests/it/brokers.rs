@@ -1,0 +1,265 @@
+//! Broker destinations against the real servers (`helpers::brokers`):
+//! for each kind, N events posted land in the broker with their ids,
+//! metadata and exact bodies; a broker SIGKILLed while events keep
+//! arriving has every event after its restart and every delivery ends
+//! `delivered`; a target the broker refuses is retried with the reason,
+//! then dead, never `delivered`; and the URL's password is in no log line.
+//! NATS and Redis also keep exactly one copy when the reply to a publish
+//! is lost ([`CutProxy`]) and the publish is retried.
+//!
+//! hookbox is the real binary ([`ChildServer`]) with debug logging, so the
+//! password checks read every line it wrote.
+
+mod amqp;
+mod mqtt;
+mod nats;
+mod redis;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::helpers::*;
+
+/// A GitHub source named `github` with one destination (the broker table
+/// `destination`), short timeouts and quick retries, no breaker (an
+/// outage must not pause it past the test's patience).
+pub fn broker_source(destination: &str, max_attempts: u32) -> String {
+    format!(
+        r#"
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["{GITHUB_SECRET}"]
+order_key = ["/repository/full_name"]
+[sources.deliver]
+{destination}
+timeout = "2s"
+max_attempts = {max_attempts}
+backoff_base = "100ms"
+backoff_cap = "500ms"
+breaker_failures = 0
+concurrency = 8
+"#
+    )
+}
+
+/// hookbox serving `sources`, with debug logs, and its database.
+pub struct Hookbox {
+    pub server: ChildServer,
+    pub db: PathBuf,
+    _dir: TempDir,
+}
+
+impl Hookbox {
+    pub async fn start(sources: &str) -> Hookbox {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("hookbox.db");
+        let server = ChildServer::spawn_ready_with(
+            dir.path(),
+            &db,
+            sources,
+            "",
+            0,
+            &[("RUST_LOG", "hookbox=debug")],
+            |_| {},
+        )
+        .await;
+        Hookbox {
+            server,
+            db,
+            _dir: dir,
+        }
+    }
+
+    /// Posts event `n` (a GitHub `push` with delivery id `{tag}-{n}`) and
+    /// returns its delivery id and body.
+    pub async fn post(&self, tag: &str, n: usize) -> (String, Vec<u8>) {
+        let delivery = format!("{tag}-{n}");
+        let body = format!(
+            r#"{{"repository":{{"full_name":"acme/r{}"}},"n":{n},"tag":"{tag}","pad":"{}"}}"#,
+            n % 4,
+            // JSON escapes and non-ASCII text: bytes a broker must keep.
+            "é\\\"\\\\".repeat(n % 3)
+        )
+        .into_bytes();
+        let client = reqwest::Client::new();
+        let response = github_request(&client, &self.server.url("/hooks/github"), &delivery, &body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "posting {delivery}: {}",
+            response.status()
+        );
+        (delivery, body)
+    }
+
+    /// Posts events `0..n`.
+    pub async fn post_many(&self, tag: &str, n: usize) -> BTreeMap<String, Vec<u8>> {
+        let mut sent = BTreeMap::new();
+        for i in 0..n {
+            let (id, body) = self.post(tag, i).await;
+            sent.insert(id, body);
+        }
+        sent
+    }
+
+    /// How many deliveries are in each state.
+    pub fn states(&self) -> BTreeMap<String, i64> {
+        states(&self.db)
+    }
+
+    /// Waits until `n` deliveries are `state`, for at most `within`.
+    pub async fn wait_for(&self, state: &str, n: i64, within: Duration) {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let states = self.states();
+            if states.get(state).copied().unwrap_or(0) >= n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "waited {within:?} for {n} {state} deliveries; have {states:?}\n{}",
+                self.server.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The errors of every attempt, oldest first.
+    pub fn attempt_errors(&self) -> Vec<String> {
+        open(&self.db)
+            .prepare("SELECT coalesce(error, '') FROM attempts ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// Asserts that nothing hookbox wrote holds `password`: not its log,
+    /// not the attempts' errors.
+    pub fn assert_never_shows(&self, password: &str) {
+        let output = self.server.output();
+        assert!(!output.is_empty());
+        assert!(
+            !output.contains(password),
+            "the broker password is in hookbox's log:\n{output}"
+        );
+        for error in self.attempt_errors() {
+            assert!(
+                !error.contains(password),
+                "the password is in an attempt's error: {error}"
+            );
+        }
+    }
+}
+
+pub fn states(db: &Path) -> BTreeMap<String, i64> {
+    open(db)
+        .prepare("SELECT state, count(*) FROM deliveries GROUP BY state")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// A message as the broker holds it: its headers or properties (the
+/// metadata) and its body.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub meta: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+/// Checks that `held` is exactly `sent`: one message per event, each with
+/// its delivery id and metadata, the body byte for byte.
+pub fn assert_exactly(sent: &BTreeMap<String, Vec<u8>>, held: &[Held]) {
+    let mut by_id: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for message in held {
+        let id = message
+            .meta
+            .get("hookbox-delivery-id")
+            .unwrap_or_else(|| panic!("no hookbox-delivery-id in {:?}", message.meta))
+            .clone();
+        assert_eq!(
+            message.meta.get("hookbox-source").map(String::as_str),
+            Some("github")
+        );
+        assert_eq!(
+            message.meta.get("hookbox-event-type").map(String::as_str),
+            Some("push")
+        );
+        assert!(
+            message
+                .meta
+                .get("hookbox-event-id")
+                .is_some_and(|v| v.parse::<i64>().is_ok()),
+            "{:?}",
+            message.meta
+        );
+        assert!(
+            message
+                .meta
+                .get("hookbox-received-at")
+                .is_some_and(|v| v.ends_with('Z')),
+            "{:?}",
+            message.meta
+        );
+        assert!(
+            by_id.insert(id.clone(), message.body.clone()).is_none(),
+            "{id} twice"
+        );
+    }
+    let missing: Vec<&String> = sent.keys().filter(|id| !by_id.contains_key(*id)).collect();
+    assert!(missing.is_empty(), "missing from the broker: {missing:?}");
+    assert_eq!(held.len(), sent.len(), "one message per event");
+    assert_eq!(&by_id, sent, "the bodies, byte for byte, by delivery id");
+}
+
+/// Every distinct event of `held`, by body: `sent` all there, nothing else.
+pub fn assert_at_least_once(sent: &BTreeMap<String, Vec<u8>>, held: &[Held]) {
+    let bodies: std::collections::BTreeSet<&Vec<u8>> = held.iter().map(|m| &m.body).collect();
+    let wanted: std::collections::BTreeSet<&Vec<u8>> = sent.values().collect();
+    assert_eq!(bodies, wanted, "every event at least once, nothing else");
+}
+
+/// Posts events while `outage` runs (the broker killed, down a while,
+/// restarted), then waits until every delivery is `delivered`. Returns
+/// what was posted.
+pub async fn post_through(
+    hookbox: &Hookbox,
+    tag: &str,
+    n: usize,
+    outage: impl Future<Output = ()>,
+) -> BTreeMap<String, Vec<u8>> {
+    let posting = async {
+        let mut sent = BTreeMap::new();
+        for i in 0..n {
+            let (id, body) = hookbox.post(tag, i).await;
+            sent.insert(id, body);
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        sent
+    };
+    let (sent, ()) = tokio::join!(posting, outage);
+    hookbox
+        .wait_for("delivered", n as i64, Duration::from_secs(60))
+        .await;
+    assert_eq!(hookbox.states().len(), 1, "{:?}", hookbox.states());
+    sent
+}
+
+/// The outage [`post_through`] runs: after `before`, SIGKILL; `down`
+/// later, the same server again.
+pub async fn outage(broker: &mut Broker, before: Duration, down: Duration) {
+    tokio::time::sleep(before).await;
+    broker.kill9();
+    tokio::time::sleep(down).await;
+    broker.restart().await;
+}
