@@ -50,8 +50,9 @@
 //!   (`delivery::settle`: retry with backoff, or dead), the circuit
 //!   breaker, the pause board, and replay planning. `delivery::push`
 //!   claims due deliveries through the writer, one lane per destination,
-//!   runs each attempt (an HTTP POST signed the Standard Webhooks way, or a
-//!   command with placeholders, never a shell) and sends its outcome back
+//!   runs each attempt (an HTTP POST signed the Standard Webhooks way, a
+//!   command with placeholders, never a shell, or a publish to a broker:
+//!   NATS, Redis, RabbitMQ, MQTT) and sends its outcome back
 //!   to the writer; backoff, `rate`, the circuit breaker and pauses decide
 //!   when a lane may go on. `delivery::pull` hands the deliveries of pull
 //!   destinations to consumers instead, and `cli::listen` is such a
