@@ -103,3 +103,42 @@ fn names(last: &str) -> String {
         None => String::new(),
     }
 }
+
+impl Destination {
+    /// The kind's key: `url`, `command`, `pull`, `nats`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Destination::Url { .. } => "url",
+            Destination::Command { .. } => "command",
+            Destination::Pull { .. } => "pull",
+            Destination::Nats(_) => "nats",
+            Destination::Redis(_) => "redis",
+            Destination::Amqp(_) => "amqp",
+            Destination::Mqtt(_) => "mqtt",
+        }
+    }
+
+    /// Where it goes, safe to show (the dashboard, `/api/stats`): a URL's
+    /// scheme and host only (a path or query may carry a token, the user
+    /// part a password), a command's program, a broker's scheme, host and
+    /// port with its subject, stream, exchange and key, or topic.
+    pub fn target(&self) -> String {
+        match self {
+            Destination::Url { url, .. } => match url.host_str() {
+                Some(host) => format!("{}://{host}", url.scheme()),
+                None => url.scheme().to_owned(),
+            },
+            Destination::Command { argv, .. } => argv.first().cloned().unwrap_or_default(),
+            Destination::Pull { .. } => "the pull API".to_owned(),
+            Destination::Nats(c) => format!("{} subject {}", c.url.shown(), c.subject.as_str()),
+            Destination::Redis(c) => format!("{} stream {}", c.url.shown(), c.stream.as_str()),
+            Destination::Amqp(c) => format!(
+                "{} exchange {:?} routing key {}",
+                c.url.shown(),
+                c.exchange,
+                c.routing_key.as_str()
+            ),
+            Destination::Mqtt(c) => format!("{} topic {}", c.url.shown(), c.topic.as_str()),
+        }
+    }
+}

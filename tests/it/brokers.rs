@@ -263,3 +263,87 @@ pub async fn outage(broker: &mut Broker, before: Duration, down: Duration) {
     tokio::time::sleep(down).await;
     broker.restart().await;
 }
+
+/// The dashboard's overview and `/api/stats` name each destination's kind
+/// and where it goes, never the credentials in its URL. No broker is
+/// needed: the attempts fail, the config is what is shown.
+#[tokio::test]
+async fn the_dashboard_and_stats_show_kind_and_target_without_credentials() {
+    const PASSWORD: &str = "hunter2-broker-password";
+    let sources = format!(
+        r#"{GITHUB_SOURCE}
+[[sources.deliver]]
+name = "bus"
+nats = {{ url = "nats://app:{PASSWORD}@127.0.0.1:1", subject = "hooks.{{source}}" }}
+backoff_base = "1h"
+backoff_cap = "1h"
+[[sources.deliver]]
+name = "stream"
+redis = {{ url = "redis://default:{PASSWORD}@127.0.0.1:1/0", stream = "hooks:{{source}}" }}
+backoff_base = "1h"
+backoff_cap = "1h"
+[[sources.deliver]]
+name = "queue"
+amqp = {{ url = "amqp://app:{PASSWORD}@127.0.0.1:1/%2f", exchange = "hooks", routing_key = "{{event_type}}" }}
+backoff_base = "1h"
+backoff_cap = "1h"
+[[sources.deliver]]
+name = "home"
+mqtt = {{ url = "mqtt://app:{PASSWORD}@127.0.0.1:1", topic = "hooks/{{source}}", qos = 2 }}
+backoff_base = "1h"
+backoff_cap = "1h"
+"#
+    );
+    let app = TestApp::spawn(&sources).await;
+    assert!(
+        app.post_github("shown-1", b"{}")
+            .await
+            .status()
+            .is_success()
+    );
+    let stats = json(app.admin_get("/api/stats").await).await;
+    let text = stats.to_string();
+    assert!(!text.contains(PASSWORD), "{text}");
+    let destinations = &stats["sources"][0]["destinations"];
+    for (name, kind, target) in [
+        ("bus", "nats", "nats://127.0.0.1:1 subject hooks.{source}"),
+        (
+            "stream",
+            "redis",
+            "redis://127.0.0.1:1 stream hooks:{source}",
+        ),
+        (
+            "queue",
+            "amqp",
+            "amqp://127.0.0.1:1 exchange \"hooks\" routing key {event_type}",
+        ),
+        ("home", "mqtt", "mqtt://127.0.0.1:1 topic hooks/{source}"),
+    ] {
+        assert_eq!(destinations[name]["kind"], kind, "{text}");
+        assert_eq!(destinations[name]["target"], target, "{text}");
+    }
+    let login = crate::dashboard::login(&app).await;
+    let page = crate::dashboard::get(&app, "/", &login.cookie).await;
+    assert!(!page.contains(PASSWORD), "{page}");
+    assert!(
+        page.contains("nats: nats://127.0.0.1:1 subject hooks.{source}"),
+        "{page}"
+    );
+    assert!(
+        page.contains("mqtt: mqtt://127.0.0.1:1 topic hooks/{source}"),
+        "{page}"
+    );
+    // The failed attempts say why, without the password.
+    let errors: Vec<String> = app
+        .db()
+        .prepare("SELECT coalesce(error, '') FROM attempts")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for error in &errors {
+        assert!(!error.contains(PASSWORD), "{error}");
+    }
+    app.shutdown().await;
+}

@@ -125,3 +125,6 @@ fn template(
         .map_err(|why| problems.push(format!("{at}: {text:?} {why}")))
         .ok()
 }
+
+#[cfg(test)]
+mod tests;

@@ -67,6 +67,15 @@ pub async fn stats(State(st): State<AdminState>) -> Result<Json<Value>, ApiError
         if let Some(destinations) = source["destinations"].as_object_mut() {
             for (destination, d) in destinations.iter_mut() {
                 d["status"] = st.board.get(&name, destination).to_json(now);
+                // What it is and where it goes, credentials left out.
+                let configured = st
+                    .config
+                    .source(&name)
+                    .and_then(|s| s.destinations.iter().find(|c| c.name == *destination));
+                if let Some(c) = configured {
+                    d["kind"] = c.destination.kind().into();
+                    d["target"] = c.destination.target().into();
+                }
             }
         }
     }

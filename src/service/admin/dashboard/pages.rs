@@ -72,6 +72,9 @@ pub(super) async fn overview(
                         td {
                             "↳ "
                             a href=(link("/events", &[("source", Some(&s.source)), ("destination", Some(name))])) { (name) }
+                            @if let Some(c) = st.admin.config.source(&s.source).and_then(|c| c.destinations.iter().find(|c| &c.name == name)) {
+                                span.target { " " (c.destination.kind()) ": " (c.destination.target()) }
+                            }
                             @if !d.configured { " (not in the config)" }
                             @else {
                                 (super::destination::state(&s.source, name,
