@@ -55,18 +55,18 @@ pub struct Hookbox {
 
 impl Hookbox {
     pub async fn start(sources: &str) -> Hookbox {
+        Self::start_with_env(sources, &[]).await
+    }
+
+    /// [`Hookbox::start`] with `env` set for the process (`SSL_CERT_FILE`:
+    /// the roots it trusts, as the system's would be).
+    pub async fn start_with_env(sources: &str, env: &[(&str, &str)]) -> Hookbox {
         let dir = tempfile::tempdir().unwrap();
+        let mut env = env.to_vec();
+        env.push(("RUST_LOG", "hookbox=debug"));
         let db = dir.path().join("hookbox.db");
-        let server = ChildServer::spawn_ready_with(
-            dir.path(),
-            &db,
-            sources,
-            "",
-            0,
-            &[("RUST_LOG", "hookbox=debug")],
-            |_| {},
-        )
-        .await;
+        let server =
+            ChildServer::spawn_ready_with(dir.path(), &db, sources, "", 0, &env, |_| {}).await;
         Hookbox {
             server,
             db,
@@ -252,6 +252,31 @@ pub async fn post_through(
         .wait_for("delivered", n as i64, Duration::from_secs(60))
         .await;
     assert_eq!(hookbox.states().len(), 1, "{:?}", hookbox.states());
+    sent
+}
+
+/// A broker URL with TLS: refused while hookbox trusts only the system's
+/// roots (the test CA is not among them), delivered once `SSL_CERT_FILE`
+/// adds the CA; returns what was sent for the caller to find in the broker.
+pub async fn tls_is_verified_then_delivers(
+    broker: &Broker,
+    destination: &str,
+    refused: &str,
+) -> BTreeMap<String, Vec<u8>> {
+    let hookbox = Hookbox::start(&broker_source(destination, 2)).await;
+    hookbox.post("untrusted", 0).await;
+    hookbox.wait_for("dead", 1, Duration::from_secs(20)).await;
+    let errors = hookbox.attempt_errors();
+    assert!(errors.iter().all(|e| e.contains(refused)), "{errors:?}");
+    drop(hookbox);
+    let ca = broker.ca_file().display().to_string();
+    let hookbox =
+        Hookbox::start_with_env(&broker_source(destination, 5), &[("SSL_CERT_FILE", &ca)]).await;
+    let sent = hookbox.post_many("tls", 5).await;
+    hookbox
+        .wait_for("delivered", 5, Duration::from_secs(20))
+        .await;
+    hookbox.assert_never_shows(&broker.password);
     sent
 }
 

@@ -110,7 +110,7 @@ fn destination(url: &str, routing_key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rabbitmq_confirms_every_event_refuses_unroutable_ones_and_survives_a_kill() {
-    let Some(mut broker) = Broker::start(BrokerKind::Rabbit).await else {
+    let Some(mut broker) = Broker::start_tls(BrokerKind::Rabbit).await else {
         return;
     };
     declare(&broker).await;
@@ -168,6 +168,15 @@ async fn rabbitmq_confirms_every_event_refuses_unroutable_ones_and_survives_a_ki
         drain(&broker).await.is_empty(),
         "a refused event reached the queue"
     );
+
+    // amqps: refused until the test CA is trusted, then delivered.
+    let sent = tls_is_verified_then_delivers(
+        &broker,
+        &destination(&broker.tls_url(), "hooks.{source}"),
+        "connecting to the AMQP broker",
+    )
+    .await;
+    assert_exactly(&sent, &drain(&broker).await);
 
     // Killed under load: every event there after the restart, at least
     // once (AMQP cannot dedupe a publish whose confirm was lost).

@@ -201,3 +201,20 @@ async fn a_topic_the_acl_refuses_and_a_wrong_password_are_retried_then_dead() {
     assert!(!hookbox.states().contains_key("delivered"));
     hookbox.assert_never_shows("not-the-password");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtts_is_verified_against_the_trusted_roots() {
+    let Some(broker) = Broker::start_tls(BrokerKind::Mosquitto).await else {
+        return;
+    };
+    let (got, task) = subscribe_v5(&broker).await;
+    let sent = tls_is_verified_then_delivers(
+        &broker,
+        &destination(&broker.tls_url(), "hooks/{source}", 1),
+        "connecting to the MQTT broker",
+    )
+    .await;
+    let held = wait_got(&got, sent.len()).await;
+    task.abort();
+    assert_exactly(&sent, &held);
+}

@@ -10,14 +10,20 @@ use super::*;
 const STREAM: &str = "HOOKS";
 
 async fn jetstream(broker: &Broker) -> jetstream::Context {
-    let client = async_nats::ConnectOptions::with_user_and_password(
+    let options = async_nats::ConnectOptions::with_user_and_password(
         BROKER_USER.into(),
         broker.password.clone(),
-    )
-    .connect(format!("127.0.0.1:{}", broker.port))
-    .await
-    .unwrap();
-    jetstream::new(client)
+    );
+    let client = if broker.tls_port.is_some() {
+        options
+            .add_root_certificates(broker.ca_file())
+            .require_tls(true)
+            .connect(format!("tls://localhost:{}", broker.port))
+            .await
+    } else {
+        options.connect(format!("127.0.0.1:{}", broker.port)).await
+    };
+    jetstream::new(client.unwrap())
 }
 
 /// A file-stored stream capturing `hooks.>`.
@@ -178,4 +184,20 @@ async fn a_subject_no_stream_captures_and_a_wrong_password_are_retried_then_dead
     );
     assert!(!hookbox.states().contains_key("delivered"));
     hookbox.assert_never_shows("not-the-password");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nats_tls_is_verified_against_the_trusted_roots() {
+    let Some(broker) = Broker::start_tls(BrokerKind::Nats).await else {
+        return;
+    };
+    create_stream(&broker).await;
+    let sent = tls_is_verified_then_delivers(
+        &broker,
+        &destination(&broker.tls_url()),
+        "connecting to NATS",
+    )
+    .await;
+    let held: Vec<Held> = held(&broker).await.into_iter().map(|(_, m)| m).collect();
+    assert_exactly(&sent, &held);
 }

@@ -178,3 +178,17 @@ async fn a_key_of_another_type_and_a_wrong_password_are_retried_then_dead() {
     assert!(!hookbox.states().contains_key("delivered"));
     hookbox.assert_never_shows("not-the-password");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rediss_is_verified_against_the_trusted_roots() {
+    let Some(broker) = Broker::start_tls(BrokerKind::Redis).await else {
+        return;
+    };
+    let sent = tls_is_verified_then_delivers(
+        &broker,
+        &destination(&broker.tls_url(), ""),
+        "connecting to Redis",
+    )
+    .await;
+    assert_exactly(&sent, &held(&broker, STREAM).await);
+}

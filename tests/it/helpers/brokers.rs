@@ -69,6 +69,8 @@ pub struct Broker {
     /// RabbitMQ's own `epmd`, on a private port, and its distribution port.
     epmd: Option<Child>,
     rabbit_ports: Option<(u16, u16)>,
+    /// The TLS listener's port, when started with [`Broker::start_tls`].
+    pub tls_port: Option<u16>,
     starts: usize,
 }
 
@@ -76,6 +78,17 @@ impl Broker {
     /// Starts `kind` with a password; `None` (after a line saying so)
     /// when its server is not installed here.
     pub async fn start(kind: BrokerKind) -> Option<Broker> {
+        Self::start_with(kind, false).await
+    }
+
+    /// [`Broker::start`] with a TLS listener too (on [`Broker::tls_port`];
+    /// for NATS the client port itself speaks TLS), its certificate from a
+    /// test CA in [`Broker::ca_file`], for `localhost`.
+    pub async fn start_tls(kind: BrokerKind) -> Option<Broker> {
+        Self::start_with(kind, true).await
+    }
+
+    async fn start_with(kind: BrokerKind, tls: bool) -> Option<Broker> {
         let (programs, package) = kind.tools();
         let found = if kind == BrokerKind::Rabbit {
             Path::new(RABBIT_SCRIPT).exists() && super::on_path("epmd")
@@ -94,8 +107,12 @@ impl Broker {
             child: None,
             epmd: None,
             rabbit_ports: None,
+            tls_port: tls.then(free_port),
             starts: 0,
         };
+        if tls {
+            write_certificates(broker.dir.path());
+        }
         broker.prepare();
         broker.launch().await;
         Some(broker)
@@ -104,6 +121,25 @@ impl Broker {
     /// The URL hookbox is given: with the password.
     pub fn url(&self) -> String {
         self.url_with(&self.password)
+    }
+
+    /// The URL of the TLS listener, by the name its certificate has.
+    pub fn tls_url(&self) -> String {
+        let (password, port) = (&self.password, self.tls_port.expect("started with TLS"));
+        match self.kind {
+            BrokerKind::Nats => format!(
+                "nats+tls://{BROKER_USER}:{password}@localhost:{}",
+                self.port
+            ),
+            BrokerKind::Redis => format!("rediss://default:{password}@localhost:{port}"),
+            BrokerKind::Rabbit => format!("amqps://{BROKER_USER}:{password}@localhost:{port}/%2f"),
+            BrokerKind::Mosquitto => format!("mqtts://{BROKER_USER}:{password}@localhost:{port}"),
+        }
+    }
+
+    /// The test CA that signed the TLS listener's certificate (PEM).
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
     }
 
     /// The URL with another password (an auth failure).
@@ -130,8 +166,17 @@ impl Broker {
                     dir.join("nats.conf"),
                     format!(
                         "listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: {:?} }}\n\
-                         authorization {{ user: {BROKER_USER}, password: \"{password}\" }}\n",
-                        dir.join("js").display().to_string()
+                         authorization {{ user: {BROKER_USER}, password: \"{password}\" }}\n{}",
+                        dir.join("js").display().to_string(),
+                        if self.tls_port.is_some() {
+                            format!(
+                                "tls {{ cert_file: {:?}, key_file: {:?} }}\n",
+                                dir.join("cert.pem").display().to_string(),
+                                dir.join("key.pem").display().to_string()
+                            )
+                        } else {
+                            String::new()
+                        }
                     ),
                 )
                 .unwrap();
@@ -141,8 +186,18 @@ impl Broker {
                     dir.join("redis.conf"),
                     format!(
                         "port {port}\nbind 127.0.0.1\ndir {}\nappendonly yes\nappendfsync always\n\
-                         save \"\"\nrequirepass {password}\n",
-                        dir.display()
+                         save \"\"\nrequirepass {password}\n{}",
+                        dir.display(),
+                        match self.tls_port {
+                            Some(tls) => format!(
+                                "tls-port {tls}\ntls-cert-file {}\ntls-key-file {}\n\
+                                 tls-ca-cert-file {}\ntls-auth-clients no\n",
+                                dir.join("cert.pem").display(),
+                                dir.join("key.pem").display(),
+                                dir.join("ca.pem").display()
+                            ),
+                            None => String::new(),
+                        }
                     ),
                 )
                 .unwrap();
@@ -156,7 +211,19 @@ impl Broker {
                     dir.join("rabbitmq.conf"),
                     format!(
                         "listeners.tcp.1 = 127.0.0.1:{port}\nloopback_users = none\n\
-                         default_user = {BROKER_USER}\ndefault_pass = {password}\n"
+                         default_user = {BROKER_USER}\ndefault_pass = {password}\n{}",
+                        match self.tls_port {
+                            Some(tls) => format!(
+                                "listeners.ssl.default = 127.0.0.1:{tls}\n\
+                                 ssl_options.cacertfile = {}\nssl_options.certfile = {}\n\
+                                 ssl_options.keyfile = {}\nssl_options.verify = verify_none\n\
+                                 ssl_options.fail_if_no_peer_cert = false\n",
+                                dir.join("ca.pem").display(),
+                                dir.join("cert.pem").display(),
+                                dir.join("key.pem").display()
+                            ),
+                            None => String::new(),
+                        }
                     ),
                 )
                 .unwrap();
@@ -189,10 +256,18 @@ impl Broker {
                     format!(
                         "listener {port} 127.0.0.1\nallow_anonymous false\npassword_file {}\nacl_file {}\n\
                          persistence true\npersistence_location {}/\nautosave_interval 1\n\
-                         autosave_on_changes true\nuser {user}\nlog_dest stderr\n",
+                         autosave_on_changes true\nuser {user}\nlog_dest stderr\n{}",
                         passwords.display(),
                         acl.display(),
-                        dir.display()
+                        dir.display(),
+                        match self.tls_port {
+                            Some(tls) => format!(
+                                "listener {tls} 127.0.0.1\ncertfile {}\nkeyfile {}\n",
+                                dir.join("cert.pem").display(),
+                                dir.join("key.pem").display()
+                            ),
+                            None => String::new(),
+                        }
                     ),
                 )
                 .unwrap();
@@ -336,6 +411,30 @@ impl Drop for Broker {
             let _ = epmd.wait();
         }
     }
+}
+
+/// A test CA (`ca.pem`) and a certificate it signed for `localhost` and
+/// 127.0.0.1 (`cert.pem`, the chain; `key.pem`), in `dir`.
+fn write_certificates(dir: &Path) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair, KeyUsagePurpose,
+    };
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "hookbox broker test CA");
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let mut params =
+        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("cert.pem"), format!("{}{}", cert.pem(), ca.pem())).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
 }
 
 /// A TCP forwarder on loopback to `target` that passes the first
