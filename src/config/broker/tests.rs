@@ -6,7 +6,7 @@ fn load(table: &str) -> Result<Config, ConfigError> {
             "[[sources]]\nname = \"github\"\nkind = \"github\"\nsecrets = [\"s\"]\ndeliver = {{ {table} }}\n"
         ),
         "test".to_owned(),
-        &crate::receive::registry::PROVIDERS,
+        &crate::ingress::receive::registry::PROVIDERS,
     )
 }
 
