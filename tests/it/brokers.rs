@@ -7,8 +7,9 @@
 //! NATS and Redis also keep exactly one copy when the reply to a publish
 //! is lost ([`CutProxy`]) and the publish is retried.
 //!
-//! hookbox is the real binary ([`ChildServer`]) with debug logging, so the
-//! password checks read every line it wrote.
+//! hookbox is the real binary ([`ChildServer`]) with `RUST_LOG=debug`, the
+//! broker clients' own debug lines included, so the password checks read
+//! every line any of them wrote.
 
 mod amqp;
 mod mqtt;
@@ -63,7 +64,7 @@ impl Hookbox {
     pub async fn start_with_env(sources: &str, env: &[(&str, &str)]) -> Hookbox {
         let dir = tempfile::tempdir().unwrap();
         let mut env = env.to_vec();
-        env.push(("RUST_LOG", "hookbox=debug"));
+        env.push(("RUST_LOG", "debug"));
         let db = dir.path().join("hookbox.db");
         let server =
             ChildServer::spawn_ready_with(dir.path(), &db, sources, "", 0, &env, |_| {}).await;
