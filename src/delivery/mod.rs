@@ -22,7 +22,7 @@
 //!
 //! Leases, claims and per-key order are SQL (`crate::store::deliveries`).
 //! The kinds are its two children, which the core's files never import:
-//! [`push`] pushes (url, command), [`pull`] hands deliveries to consumers
+//! [`push`] pushes (url, command, the brokers), [`pull`] hands deliveries to consumers
 //! who ask.
 
 pub mod alarm;

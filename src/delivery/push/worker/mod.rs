@@ -123,7 +123,7 @@ type Running = HashMap<tokio::task::Id, (usize, Lease, bool)>;
 pub(super) type Done = Option<Verdict>;
 
 impl Dispatcher {
-    /// A dispatcher for every push destination (url, command) of every
+    /// A dispatcher for every push destination (url, command, broker) of every
     /// source, reading bodies through `store`'s read-only pool; `None` when
     /// there is none. Pull destinations are `crate::delivery::pull`'s.
     pub fn new(
