@@ -4,7 +4,7 @@
 //!
 //! rumqttc runs the connection in an event loop that reports, in order,
 //! the packet id each publish was given and the acks that come back; a
-//! task per connection ([`drive`]) pairs each attempt with its packet id
+//! task per connection (`drive`) pairs each attempt with its packet id
 //! and its ack. Publishes leave in the order they were queued, so the
 //! n-th "sent" event is the n-th queued publish; brokers ack in order, so
 //! packet ids are not reused while an earlier one waits. A PUBACK or

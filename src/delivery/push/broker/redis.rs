@@ -1,6 +1,6 @@
 //! `redis`: an entry added to a Redis stream (`XADD`), exactly once.
 //!
-//! The add is a server-side script ([`ADD_ONCE`]) that first looks for
+//! The add is a server-side script (`ADD_ONCE`) that first looks for
 //! the delivery's [`message_id`] under `hookbox:sent:<id>`: when present,
 //! the entry was added by an earlier attempt whose reply was lost, and its
 //! entry id is answered again; when absent, the entry is added and the id
