@@ -98,7 +98,9 @@ async fn list(
             } else {
                 kept.push(redeliver::Attempt {
                     id: attempt.id,
+                    target: String::new(),
                     ok: attempt.status == "OK",
+                    pending: false,
                     key: attempt.guid,
                     at,
                     event: attempt.event,

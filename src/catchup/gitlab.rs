@@ -154,9 +154,11 @@ async fn list(
                 .unwrap_or(&event.trigger);
             kept.push(redeliver::Attempt {
                 id: event.id,
+                target: String::new(),
                 key: key.to_owned(),
                 at,
                 ok: event.ok(),
+                pending: false,
                 event: kind.to_owned(),
             });
         }

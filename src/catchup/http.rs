@@ -3,8 +3,61 @@
 
 use std::time::Duration;
 
-use reqwest::Response;
 use reqwest::header::HeaderMap;
+use reqwest::{RequestBuilder, Response, StatusCode};
+
+use super::{RateLimited, RunCtx};
+
+/// The longest a pass waits out one rate limit while reading a list; a
+/// provider asking for longer gets the rest in the next pass.
+pub const MAX_LIST_WAIT: Duration = Duration::from_secs(5 * 60);
+
+/// Rate limits in a row on one list request before the pass gives up.
+const MAX_LIST_WAITS: u32 = 3;
+
+/// A 429, with the wait the provider asked for (`Retry-After`), if it said.
+pub fn rate_limit(
+    response: &Response,
+    provider: &'static str,
+) -> Option<(Option<Duration>, RateLimited)> {
+    if response.status() != StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    let wait = retry_after(response.headers());
+    let detail = match wait {
+        Some(w) => format!("retry after {}s", w.as_secs()),
+        None => "status 429".to_owned(),
+    };
+    Some((wait, RateLimited { provider, detail }))
+}
+
+/// Sends the request `build` makes; on a 429 waits what the provider asked
+/// (a second when it did not say) and sends it again, up to a bound. The
+/// answer past the bound is returned as it came, for the caller's check.
+pub async fn send_waiting(
+    ctx: &RunCtx<'_>,
+    provider: &'static str,
+    build: impl Fn() -> RequestBuilder,
+) -> anyhow::Result<Response> {
+    let mut waits = 0;
+    loop {
+        let response = build().send().await?;
+        let Some((wait, _)) = rate_limit(&response, provider) else {
+            return Ok(response);
+        };
+        let wait = wait.unwrap_or(Duration::from_secs(1));
+        waits += 1;
+        if waits > MAX_LIST_WAITS || wait > MAX_LIST_WAIT {
+            return Ok(response);
+        }
+        tracing::info!(
+            wait_ms = wait.as_millis() as u64,
+            "{provider} rate limit reached; waiting before reading on"
+        );
+        ctx.pause(wait).await;
+        ctx.step().await?;
+    }
+}
 
 /// The start of an error body, for a log line or a run's error: never
 /// more than 300 bytes, control characters escaped.

@@ -2,9 +2,11 @@
 //!
 //! One job per source that configures it: [`github`] asks GitHub to
 //! redeliver the deliveries that never succeeded (GitHub never retries on
-//! its own), [`gitlab`] asks GitLab to resend a hook's failed events (both
-//! on the shared `redeliver` loop), and [`stripe`] lists the events Stripe
-//! still keeps and inserts the ones the inbox lacks. [`run_once`] is one pass of a job, shared by
+//! its own), [`gitlab`] asks GitLab to resend a hook's failed events, and
+//! [`paddle`] asks Paddle to replay failed notifications (the three on the
+//! shared `redeliver` loop); [`stripe`] and [`square`] list the events the
+//! provider still keeps and insert the ones the inbox lacks (on the shared
+//! `backfill` pass). [`run_once`] is one pass of a job, shared by
 //! the scheduler ([`CatchupHandle::run`]), the admin API
 //! ([`CatchupHandle::run_now`]) and `hookbox catch-up` ([`run_cli`]).
 //!
@@ -15,13 +17,16 @@
 //! (`catchup_state`) advances only when the pass read its whole window and
 //! nothing in it is left to try again, so the next pass starts from it.
 
+mod backfill;
 mod db;
 pub mod github;
 pub mod gitlab;
 mod holder;
 mod http;
+pub mod paddle;
 mod redeliver;
 mod report;
+pub mod square;
 pub mod stripe;
 
 use std::sync::Arc;
@@ -33,7 +38,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{Config, GithubRedeliveryConfig, GitlabRedeliveryConfig, StripeBackfillConfig};
+use crate::config::{
+    Config, GithubRedeliveryConfig, GitlabRedeliveryConfig, PaddleReplayConfig,
+    SquareBackfillConfig, StripeBackfillConfig,
+};
 use crate::store::catchup::{self as tables, Done, Op, RunCounts};
 use crate::store::{Store, WriterHandle};
 use crate::support::clock;
@@ -43,6 +51,8 @@ pub use report::{RateLimited, Request, RunReport, Skipped};
 pub const GITHUB_JOB: &str = "github_redelivery";
 pub const GITLAB_JOB: &str = "gitlab_redelivery";
 pub const STRIPE_JOB: &str = "stripe_backfill";
+pub const PADDLE_JOB: &str = "paddle_replay";
+pub const SQUARE_JOB: &str = "square_backfill";
 
 /// How long a job lock holds without renewal. Each step of a pass renews
 /// it, so only a dead holder lets it run out.
@@ -55,11 +65,49 @@ const BUSY_RETRY: Duration = Duration::from_secs(60);
 /// What one HTTP exchange with a provider may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A job's kind and settings. Two families share their pass: the kinds
+/// that ask the provider to send again (GitHub, GitLab, Paddle) implement
+/// `redeliver::Resend`, the kinds that fetch and insert (Stripe, Square)
+/// `backfill::Fetch`; a new provider is a module of one of them, a variant
+/// here and an arm in each match below.
 #[derive(Debug, Clone)]
 pub enum TaskSpec {
     Github(Arc<GithubRedeliveryConfig>),
     Gitlab(Arc<GitlabRedeliveryConfig>),
     Stripe(Arc<StripeBackfillConfig>),
+    Paddle(Arc<PaddleReplayConfig>),
+    Square(Arc<SquareBackfillConfig>),
+}
+
+impl TaskSpec {
+    /// The source's job, if its config sets one up (validation allows at
+    /// most one: each is tied to its kind).
+    fn of(s: &crate::config::SourceConfig) -> Option<TaskSpec> {
+        if let Some(c) = &s.github_redelivery {
+            Some(TaskSpec::Github(Arc::new(c.clone())))
+        } else if let Some(c) = &s.gitlab_redelivery {
+            Some(TaskSpec::Gitlab(Arc::new(c.clone())))
+        } else if let Some(c) = &s.stripe_backfill {
+            Some(TaskSpec::Stripe(Arc::new(c.clone())))
+        } else if let Some(c) = &s.paddle_replay {
+            Some(TaskSpec::Paddle(Arc::new(c.clone())))
+        } else {
+            s.square_backfill
+                .as_ref()
+                .map(|c| TaskSpec::Square(Arc::new(c.clone())))
+        }
+    }
+
+    /// One pass of the job.
+    async fn run(&self, ctx: &mut RunCtx<'_>) -> anyhow::Result<()> {
+        match self {
+            TaskSpec::Github(cfg) => github::run(ctx, cfg).await,
+            TaskSpec::Gitlab(cfg) => gitlab::run(ctx, cfg).await,
+            TaskSpec::Stripe(cfg) => stripe::run(ctx, cfg).await,
+            TaskSpec::Paddle(cfg) => paddle::run(ctx, cfg).await,
+            TaskSpec::Square(cfg) => square::run(ctx, cfg).await,
+        }
+    }
 }
 
 /// A source's catch-up job, with what it needs of the source.
@@ -79,6 +127,8 @@ impl Task {
             TaskSpec::Github(_) => GITHUB_JOB,
             TaskSpec::Gitlab(_) => GITLAB_JOB,
             TaskSpec::Stripe(_) => STRIPE_JOB,
+            TaskSpec::Paddle(_) => PADDLE_JOB,
+            TaskSpec::Square(_) => SQUARE_JOB,
         }
     }
 
@@ -87,6 +137,8 @@ impl Task {
             TaskSpec::Github(c) => c.interval,
             TaskSpec::Gitlab(c) => c.interval,
             TaskSpec::Stripe(c) => c.interval,
+            TaskSpec::Paddle(c) => c.interval,
+            TaskSpec::Square(c) => c.interval,
         }
     }
 
@@ -101,14 +153,7 @@ pub fn tasks(config: &Config) -> Vec<Task> {
         .sources
         .iter()
         .filter_map(|s| {
-            // Validation allows at most one: each is tied to its kind.
-            let spec = if let Some(g) = &s.github_redelivery {
-                TaskSpec::Github(Arc::new(g.clone()))
-            } else if let Some(g) = &s.gitlab_redelivery {
-                TaskSpec::Gitlab(Arc::new(g.clone()))
-            } else {
-                TaskSpec::Stripe(Arc::new(s.stripe_backfill.clone()?))
-            };
+            let spec = TaskSpec::of(s)?;
             Some(Task {
                 source: s.name.clone(),
                 spec,
@@ -235,11 +280,7 @@ pub async fn run_once(
             shutdown,
             holder: holder.clone(),
         };
-        let result = match &job.spec {
-            TaskSpec::Github(cfg) => github::run(&mut ctx, cfg).await,
-            TaskSpec::Gitlab(cfg) => gitlab::run(&mut ctx, cfg).await,
-            TaskSpec::Stripe(cfg) => stripe::run(&mut ctx, cfg).await,
-        };
+        let result = job.spec.run(&mut ctx).await;
         report = ctx.report;
         if let Err(e) = result {
             report.complete = false;
@@ -333,7 +374,7 @@ async fn finish(runner: &Runner, job: &Task, run_id: i64, started_at: i64, repor
 #[derive(Clone)]
 pub struct CatchupHandle {
     runner: Arc<Runner>,
-    tasks: Arc<Vec<Task>>,
+    jobs: Arc<Vec<Task>>,
     /// Passes started on demand stop at their next step when the server
     /// stops, like scheduled ones.
     shutdown: CancellationToken,
@@ -356,7 +397,7 @@ impl CatchupHandle {
         })?;
         Ok(CatchupHandle {
             runner: Arc::new(runner),
-            tasks: Arc::new(tasks(config)),
+            jobs: Arc::new(tasks(config)),
             shutdown,
             alerts: crate::alerts::Alerter::default(),
         })
@@ -370,14 +411,14 @@ impl CatchupHandle {
 
     /// The sources that have a catch-up job.
     pub fn sources(&self) -> impl Iterator<Item = &str> {
-        self.tasks.iter().map(|j| j.source.as_str())
+        self.jobs.iter().map(|j| j.source.as_str())
     }
 
     /// Runs one pass of `source`'s job now (`POST /api/sources/{name}/catch-up`).
     /// `None` when the source has no catch-up job. A pass already running
     /// anywhere makes this one come back `busy` at once.
     pub async fn run_now(&self, source: &str, dry_run: bool) -> Option<RunReport> {
-        let job = self.tasks.iter().find(|j| j.source == source)?;
+        let job = self.jobs.iter().find(|j| j.source == source)?;
         let span = tracing::info_span!("catchup", source = %job.source, job = job.name());
         Some(
             run_once(&self.runner, job, dry_run, &self.shutdown)
@@ -390,7 +431,7 @@ impl CatchupHandle {
     /// stops at its next step. Returns when all job loops have stopped.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut tasks = tokio::task::JoinSet::new();
-        for job in self.tasks.iter().cloned() {
+        for job in self.jobs.iter().cloned() {
             let span = tracing::info_span!("catchup", source = %job.source, job = job.name());
             let runner = self.runner.clone();
             let alerts = self.alerts.clone();
@@ -471,7 +512,7 @@ pub async fn run_cli(
         .find(|j| j.source == source)
         .ok_or_else(|| {
             anyhow::anyhow!(
-                "source {source:?} ({}) has no catch-up job: add [sources.github_redelivery], gitlab_redelivery or stripe_backfill",
+                "source {source:?} ({}) has no catch-up job: add [sources.github_redelivery], gitlab_redelivery, stripe_backfill, paddle_replay or square_backfill",
                 src.kind.as_str()
             )
         })?;

@@ -22,14 +22,23 @@ use crate::support::clock;
 /// One delivery attempt of an event, as a provider lists it.
 #[derive(Debug, Clone)]
 pub struct Attempt {
-    /// The attempt's own id: what a redelivery request names.
+    /// The attempt's own id: what a redelivery request names, and what
+    /// the request log records (a provider with text ids gives a stable
+    /// number derived from it, see [`numeric_id`]).
     pub id: i64,
+    /// What a request to send the event again names, when that is not
+    /// `id` (Paddle replays an event's first notification, whichever
+    /// attempt is newest); empty: `id`.
+    pub target: String,
     /// The event's delivery id, the one the inbox stores it under.
     pub key: String,
     /// When it was attempted (unix ms).
     pub at: i64,
     /// The provider counts it delivered.
     pub ok: bool,
+    /// The provider is still trying it by itself (Paddle's `needs_retry`):
+    /// asking now would be refused.
+    pub pending: bool,
     pub event: String,
 }
 
@@ -38,13 +47,16 @@ pub struct Attempt {
 pub struct Candidate {
     pub key: String,
     pub attempt_id: i64,
+    /// [`Attempt::target`] of the newest attempt.
+    pub target: String,
     pub event: String,
     pub at: i64,
 }
 
 /// The oldest time (unix ms) a pass reads back to: the last successful
 /// pass minus `overlap`, never past `max_age` (the first pass reads all of
-/// it).
+/// it). What the provider no longer keeps of the wanted window is reported
+/// as `uncovered_from`.
 async fn window_start(
     ctx: &mut RunCtx<'_>,
     overlap: Duration,
@@ -57,12 +69,21 @@ async fn window_start(
         .db
         .read(move |conn| tables::last_success(conn, &source, job))
         .await?;
-    let start = last
-        .map(|at| at.saturating_sub(millis(overlap)))
-        .unwrap_or(floor)
-        .max(floor);
+    let wanted = last.map(|at| at.saturating_sub(millis(overlap)));
+    let start = wanted.unwrap_or(floor).max(floor);
     ctx.report.window_start = Some(start);
+    ctx.report.uncovered_from = wanted.filter(|w| *w < floor);
     Ok(start)
+}
+
+/// A stable, positive 63-bit number for a provider's text id (Paddle's
+/// `ntf_…`), for the request log's integer `attempt_id`.
+pub fn numeric_id(text: &str) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(bytes) >> 1) as i64
 }
 
 fn millis(d: Duration) -> i64 {
@@ -96,6 +117,10 @@ async fn choose(
             ctx.report.skipped.delivered += 1;
             continue;
         }
+        if group.iter().any(|a| a.pending) {
+            ctx.report.skipped.in_flight += 1;
+            continue;
+        }
         let Some(newest) = group.iter().max_by_key(|a| (a.at, a.id)) else {
             continue;
         };
@@ -106,6 +131,7 @@ async fn choose(
         candidates.push(Candidate {
             key,
             attempt_id: newest.id,
+            target: newest.target.clone(),
             event: newest.event.clone(),
             at: newest.at,
         });

@@ -24,6 +24,9 @@ pub struct Skipped {
     /// An event with an attempt the provider counts delivered (GitHub
     /// `OK`, GitLab 2xx).
     pub delivered: u32,
+    /// The provider is still retrying it by itself (Paddle
+    /// `needs_retry`, `not_attempted`).
+    pub in_flight: u32,
     /// Already in the inbox for this source.
     pub held: u32,
     /// Its newest attempt was already asked for, and the provider has not
@@ -61,6 +64,10 @@ pub struct RunReport {
     pub busy: bool,
     /// The oldest time (unix ms) the pass looked back to.
     pub window_start: Option<i64>,
+    /// Where the pass should have started (unix ms), when that is older
+    /// than the provider keeps: what happened between it and
+    /// `window_start` cannot be recovered.
+    pub uncovered_from: Option<i64>,
     pub pages: u32,
     /// GUIDs (GitHub) or events (Stripe) in the window.
     pub seen: u32,

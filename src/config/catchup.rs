@@ -1,6 +1,7 @@
 //! `[sources.github_redelivery]`, `[sources.gitlab_redelivery]` (in
-//! [`gitlab`]) and `[sources.stripe_backfill]`: the catch-up jobs of a
-//! source.
+//! [`gitlab`]), `[sources.stripe_backfill]`, `[sources.paddle_replay]` (in
+//! [`paddle`]) and `[sources.square_backfill]` (in [`square`]): the
+//! catch-up jobs of a source.
 //!
 //! A `github` source may ask GitHub to redeliver what it failed to deliver
 //! (repository, organization or GitHub App hook); a `stripe` source may list
@@ -17,11 +18,15 @@ use serde::{Deserialize, Serialize};
 use super::{Secret, duration, limits, secret};
 
 mod gitlab;
+mod paddle;
+mod square;
 
 pub use gitlab::{
     GitlabParent, GitlabRedeliveryConfig, Namespace, RawGitlabRedelivery,
     validate as validate_gitlab,
 };
+pub use paddle::{PaddleReplayConfig, RawPaddleReplay, validate as validate_paddle};
+pub use square::{RawSquareBackfill, SquareBackfillConfig, validate as validate_square};
 
 pub const GITHUB_API: &str = "https://api.github.com";
 pub const STRIPE_API: &str = "https://api.stripe.com";

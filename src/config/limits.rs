@@ -181,6 +181,25 @@ pub const STRIPE_INTERVAL: DurationLimit = duration(
 /// As [`GITHUB_OVERLAP`].
 pub const STRIPE_OVERLAP: DurationLimit =
     duration("sources.stripe_backfill.overlap", Duration::ZERO, DAY);
+/// Weekly at least: Paddle keeps notifications 90 days, but a week of
+/// failures is already long unanswered.
+pub const PADDLE_INTERVAL: DurationLimit = duration(
+    "sources.paddle_replay.interval",
+    SECOND,
+    Duration::from_secs(7 * 24 * 3600),
+);
+/// As [`GITHUB_OVERLAP`].
+pub const PADDLE_OVERLAP: DurationLimit =
+    duration("sources.paddle_replay.overlap", Duration::ZERO, DAY);
+/// Weekly at least, well inside the 28 days Square keeps events.
+pub const SQUARE_INTERVAL: DurationLimit = duration(
+    "sources.square_backfill.interval",
+    SECOND,
+    Duration::from_secs(7 * 24 * 3600),
+);
+/// As [`GITHUB_OVERLAP`].
+pub const SQUARE_OVERLAP: DurationLimit =
+    duration("sources.square_backfill.overlap", Duration::ZERO, DAY);
 
 /// An alert's repeats are folded for at least a second (tests use that);
 /// more than a day apart, a reminder is no longer one.
@@ -220,6 +239,10 @@ pub const DURATIONS: &[DurationLimit] = &[
     GITLAB_RESEND_WINDOW,
     STRIPE_INTERVAL,
     STRIPE_OVERLAP,
+    PADDLE_INTERVAL,
+    PADDLE_OVERLAP,
+    SQUARE_INTERVAL,
+    SQUARE_OVERLAP,
     ALERT_MIN_INTERVAL,
     ALERT_BACKLOG_AGE,
 ];

@@ -53,6 +53,8 @@ pub fn load_without_secrets(path: Option<&Path>, kinds: &dyn Kinds) -> Result<Co
             source.github_redelivery = None;
             source.gitlab_redelivery = None;
             source.stripe_backfill = None;
+            source.paddle_replay = None;
+            source.square_backfill = None;
         }
         raw
     })
@@ -174,6 +176,8 @@ pub fn embedded() -> (RawConfig, Vec<(String, String)>) {
                 github_redelivery: None,
                 gitlab_redelivery: None,
                 stripe_backfill: None,
+                paddle_replay: None,
+                square_backfill: None,
                 allow_ips: Vec::new(),
                 public_url: None,
                 verify_token: None,

@@ -55,7 +55,8 @@ pub use admin::{AdminConfig, RawAdmin};
 pub use alerts::{AlertConfig, Condition, Format, RawAlert, SigningKey};
 pub use catchup::{
     AppId, GithubRedeliveryConfig, GitlabParent, GitlabRedeliveryConfig, HookTarget, Namespace,
-    RawGithubRedelivery, RawGitlabRedelivery, RawStripeBackfill, StripeBackfillConfig,
+    PaddleReplayConfig, RawGithubRedelivery, RawGitlabRedelivery, RawPaddleReplay,
+    RawSquareBackfill, RawStripeBackfill, SquareBackfillConfig, StripeBackfillConfig,
 };
 pub use deliver::{DEFAULT_NAME, DeliverConfig, Destination, RawDeliver, RawDestinations};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};

@@ -60,6 +60,12 @@ impl RawConfig {
             if let Some(stripe) = &mut source.stripe_backfill {
                 found.push(&mut stripe.api_key);
             }
+            if let Some(paddle) = &mut source.paddle_replay {
+                found.push(&mut paddle.api_key);
+            }
+            if let Some(square) = &mut source.square_backfill {
+                found.push(&mut square.access_token);
+            }
         }
         found
     }

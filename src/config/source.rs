@@ -18,8 +18,9 @@ use super::secret::{self, Secret};
 use super::server::RawServer;
 use super::{
     AllowIps, DeliverConfig, GithubRedeliveryConfig, GitlabRedeliveryConfig, Kind, Kinds,
-    RawDestinations, RawGithubRedelivery, RawGitlabRedelivery, RawStripeBackfill,
-    StripeBackfillConfig, catchup, deliver, duration, edge, limits,
+    PaddleReplayConfig, RawDestinations, RawGithubRedelivery, RawGitlabRedelivery, RawPaddleReplay,
+    RawSquareBackfill, RawStripeBackfill, SquareBackfillConfig, StripeBackfillConfig, catchup,
+    deliver, duration, edge, limits,
 };
 
 /// `Debug` is written by hand below: `secrets` may hold literals.
@@ -63,6 +64,13 @@ pub struct RawSource {
     /// Only for `kind = "stripe"`: fetch missed events from Stripe's API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stripe_backfill: Option<RawStripeBackfill>,
+    /// Only for `kind = "paddle"`: ask Paddle to replay failed notifications.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paddle_replay: Option<RawPaddleReplay>,
+    /// Only for `kind = "square"`: fetch missed events from Square's
+    /// Events API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub square_backfill: Option<RawSquareBackfill>,
     /// CIDRs and named sets (`"github"`, `"stripe"`) allowed to post;
     /// empty: every address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -94,6 +102,8 @@ impl fmt::Debug for RawSource {
             .field("github_redelivery", &self.github_redelivery)
             .field("gitlab_redelivery", &self.gitlab_redelivery)
             .field("stripe_backfill", &self.stripe_backfill)
+            .field("paddle_replay", &self.paddle_replay)
+            .field("square_backfill", &self.square_backfill)
             .field("allow_ips", &self.allow_ips)
             .field("public_url", &self.public_url)
             .field(
@@ -123,6 +133,8 @@ pub struct SourceConfig {
     pub github_redelivery: Option<GithubRedeliveryConfig>,
     pub gitlab_redelivery: Option<GitlabRedeliveryConfig>,
     pub stripe_backfill: Option<StripeBackfillConfig>,
+    pub paddle_replay: Option<PaddleReplayConfig>,
+    pub square_backfill: Option<SquareBackfillConfig>,
     /// `None`: every address may post.
     pub allow_ips: Option<AllowIps>,
     /// The URL the provider signs, for the kinds that sign it; checked
@@ -239,6 +251,26 @@ pub(super) fn validate(
         }
         (None, _) => None,
     };
+    let paddle_replay = match (&src.paddle_replay, kind.as_str()) {
+        (Some(p), "paddle") => {
+            catchup::validate_paddle(p, &format!("{at}.paddle_replay"), problems)
+        }
+        (Some(_), _) => {
+            problems.push(format!("{at}.paddle_replay: only for kind \"paddle\""));
+            None
+        }
+        (None, _) => None,
+    };
+    let square_backfill = match (&src.square_backfill, kind.as_str()) {
+        (Some(s), "square") => {
+            catchup::validate_square(s, &format!("{at}.square_backfill"), problems)
+        }
+        (Some(_), _) => {
+            problems.push(format!("{at}.square_backfill: only for kind \"square\""));
+            None
+        }
+        (None, _) => None,
+    };
     let allow_ips = edge::validate_allow_ips(&src.allow_ips, at, problems);
     (problems.len() == before).then(|| SourceConfig {
         name: src.name.clone(),
@@ -252,6 +284,8 @@ pub(super) fn validate(
         github_redelivery,
         gitlab_redelivery,
         stripe_backfill,
+        paddle_replay,
+        square_backfill,
         allow_ips,
         public_url: src.public_url.clone(),
         verify_token,

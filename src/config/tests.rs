@@ -764,6 +764,17 @@ fn full_table() -> toml::Table {
         [[sources.deliver]]
         name = "mqtt"
         mqtt = {{ url = "mqtt://127.0.0.1:1883", topic = "hooks/{{source}}", qos = 1 }}
+        [[sources]]
+        name = "paddle"
+        kind = "paddle"
+        secrets = ["s"]
+        paddle_replay = {{ api_key = "k", notification_setting_id = "ntfset_01abc" }}
+        [[sources]]
+        name = "square"
+        kind = "square"
+        secrets = ["s"]
+        public_url = "https://hooks.example.com/hooks/square"
+        square_backfill = {{ access_token = "t" }}
         [[alerts]]
         url = "https://hooks.slack.com/services/T0/B0/x"
         format = "slack"
@@ -928,6 +939,12 @@ fn absurd_durations_and_counts_are_all_refused_at_once() {
                 "sources[2] (\"gitlab\").deliver[3] (\"mqtt\").{rest}: "
             )
             .replacen("deliver.mqtt", "mqtt", 1),
+            Some(rest) if rest.starts_with("paddle_replay") => {
+                format!("sources[3] (\"paddle\").{rest}: ")
+            }
+            Some(rest) if rest.starts_with("square_backfill") => {
+                format!("sources[4] (\"square\").{rest}: ")
+            }
             Some(rest) => format!("sources[0] (\"github\").{rest}: "),
             None => match key.strip_prefix("alerts.") {
                 Some(rest) => format!("alerts[0].{rest}: "),

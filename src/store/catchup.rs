@@ -262,19 +262,43 @@ pub fn prior_requests(
 /// close to creation order, and a bounded look keeps the query cheap.
 const NEWEST_SCAN: i64 = 1000;
 
+/// Where an event's body says when it happened, as a JSON path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeField {
+    /// A number of unix seconds (Stripe's `created`).
+    UnixSeconds(&'static str),
+    /// An RFC 3339 time (Square's `created_at`).
+    Rfc3339(&'static str),
+}
+
 /// The newest creation time (unix seconds) among the latest events of
-/// `source`: the body's `created` where it is a JSON number, else when the
-/// event arrived.
-pub fn newest_event_time(conn: &Connection, source: &str) -> anyhow::Result<Option<i64>> {
-    conn.prepare_cached(
-        "SELECT max(coalesce(
+/// `source`: the body's `field` where it holds one, else when the event
+/// arrived.
+pub fn newest_event_time(
+    conn: &Connection,
+    source: &str,
+    field: TimeField,
+) -> anyhow::Result<Option<i64>> {
+    let sql = match field {
+        TimeField::UnixSeconds(_) => {
+            "SELECT max(coalesce(
                     CASE WHEN body IS NOT NULL AND json_valid(CAST(body AS TEXT))
-                         THEN CAST(json_extract(CAST(body AS TEXT), '$.created') AS INTEGER) END,
+                         THEN CAST(json_extract(CAST(body AS TEXT), ?3) AS INTEGER) END,
                     received_at / 1000))
-         FROM (SELECT body, received_at FROM events WHERE source = ?1 ORDER BY id DESC LIMIT ?2)",
-    )?
-    .query_row(params![source, NEWEST_SCAN], |r| r.get(0))
-    .context("finding the newest event of the source")
+             FROM (SELECT body, received_at FROM events WHERE source = ?1 ORDER BY id DESC LIMIT ?2)"
+        }
+        TimeField::Rfc3339(_) => {
+            "SELECT max(coalesce(
+                    CASE WHEN body IS NOT NULL AND json_valid(CAST(body AS TEXT))
+                         THEN CAST(strftime('%s', json_extract(CAST(body AS TEXT), ?3)) AS INTEGER) END,
+                    received_at / 1000))
+             FROM (SELECT body, received_at FROM events WHERE source = ?1 ORDER BY id DESC LIMIT ?2)"
+        }
+    };
+    let (TimeField::UnixSeconds(path) | TimeField::Rfc3339(path)) = field;
+    conn.prepare_cached(sql)?
+        .query_row(params![source, NEWEST_SCAN, path], |r| r.get(0))
+        .context("finding the newest event of the source")
 }
 
 /// One run as the API and the CLI show it.
@@ -371,6 +395,22 @@ mod tests {
     }
 
     #[test]
+    fn newest_event_time_reads_rfc3339_times_too() {
+        let conn = db();
+        conn.execute_batch(
+            "INSERT INTO events (source, delivery_id, received_at, body, state)
+             VALUES ('square', 'a', 9000000000, CAST('{\"created_at\": \"2024-05-01T12:00:00.123Z\"}' AS BLOB), 'stored'),
+                    ('square', 'b', 9000000000, CAST('{\"created_at\": \"2024-04-01T12:00:00Z\"}' AS BLOB), 'stored');",
+        )
+        .unwrap();
+        let field = TimeField::Rfc3339("$.created_at");
+        assert_eq!(
+            newest_event_time(&conn, "square", field).unwrap(),
+            Some(1_714_564_800)
+        );
+    }
+
+    #[test]
     fn newest_event_time_prefers_the_body_created_field() {
         let conn = db();
         conn.execute_batch(
@@ -380,7 +420,11 @@ mod tests {
                     ('other', 'x', 99999999999, NULL, 'stored');",
         )
         .unwrap();
-        assert_eq!(newest_event_time(&conn, "stripe").unwrap(), Some(1234));
-        assert_eq!(newest_event_time(&conn, "none").unwrap(), None);
+        let created = TimeField::UnixSeconds("$.created");
+        assert_eq!(
+            newest_event_time(&conn, "stripe", created).unwrap(),
+            Some(1234)
+        );
+        assert_eq!(newest_event_time(&conn, "none", created).unwrap(), None);
     }
 }

@@ -14,7 +14,7 @@ const PROBE: &str = "env:HOOKBOX_PROBE_SECRET";
 
 /// The secret fields, as the test finds them. Kept here too so that a
 /// field leaving the list is a visible change.
-const SECRET: [&str; 16] = [
+const SECRET: [&str; 18] = [
     "admin.token",
     "alerts.signing_secret",
     "alerts.url",
@@ -28,7 +28,9 @@ const SECRET: [&str; 16] = [
     "sources.github_redelivery.private_key",
     "sources.github_redelivery.token",
     "sources.gitlab_redelivery.token",
+    "sources.paddle_replay.api_key",
     "sources.secrets",
+    "sources.square_backfill.access_token",
     "sources.stripe_backfill.api_key",
     "sources.verify_token",
 ];
@@ -82,7 +84,11 @@ const NOT_SECRET: &[&str] = &[
     "sources.kind",
     "sources.name",
     "sources.order_key",
+    "sources.paddle_replay.api_url",
+    "sources.paddle_replay.notification_setting_id",
     "sources.public_url",
+    "sources.square_backfill.api_url",
+    "sources.square_backfill.types",
     "sources.stripe_backfill.api_url",
 ];
 

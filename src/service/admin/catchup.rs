@@ -70,7 +70,7 @@ pub async fn start_catch_up(
         return Err(ApiError::conflict(
             "no_catch_up",
             format!(
-                "source {name:?} has no catch-up job (github_redelivery, gitlab_redelivery or stripe_backfill)"
+                "source {name:?} has no catch-up job (github_redelivery, gitlab_redelivery, stripe_backfill, paddle_replay or square_backfill)"
             ),
         ));
     };
