@@ -16,8 +16,8 @@
 //! `{"error": {"type", "code", "detail"}}`; a rate limit is a 429 with
 //! `Retry-After`.
 //!
-//! A pass reads back to the last successful pass minus `overlap` (never
-//! past [`MAX_AGE`]) and hands the notifications to `redeliver`, which
+//! A pass reads back to the last successful pass minus `overlap` and
+//! Paddle's own retry span (never past [`MAX_AGE`]) and hands the notifications to `redeliver`, which
 //! groups them by event, skips what was delivered, is still retried, or is
 //! in the inbox, and asks for the others one at a time.
 
@@ -37,6 +37,13 @@ use crate::config::PaddleReplayConfig;
 /// How long Paddle keeps notifications and replays them (90 days), less
 /// an hour so one does not age out between listing and asking.
 pub const MAX_AGE: Duration = Duration::from_secs(90 * 24 * 3600 - 3600);
+
+/// How long Paddle retries a notification by itself (live: up to 60
+/// attempts over 3 days), and a margin. A notification is listed at its
+/// event's time, but fails for good only when Paddle stops retrying, so a
+/// pass reads this much further back than its window: one still retried
+/// when the last pass ran is looked at again.
+const RETRY_SPAN: Duration = Duration::from_secs(3 * 24 * 3600 + 3600);
 
 /// The largest page Paddle gives.
 const PER_PAGE: u32 = 200;
@@ -103,6 +110,8 @@ async fn list(
     cfg: &PaddleReplayConfig,
     start: i64,
 ) -> anyhow::Result<Vec<redeliver::Attempt>> {
+    let floor = ctx.started_at - MAX_AGE.as_millis() as i64;
+    let start = (start - RETRY_SPAN.as_millis() as i64).max(floor);
     let from = humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(start).unwrap_or(0)),
     )

@@ -2,12 +2,18 @@
 //! redeliveries hookbox asks for, what it does on 401 and rate limits, the
 //! App JWT, the start-up pass after downtime; Stripe backfill in
 //! `stripe.rs`; GitLab resend against its own fake (`gitlab_fake.rs`) in
-//! `gitlab.rs`; the real binary through a simulated outage in `e2e.rs`.
+//! `gitlab.rs`; Paddle replay and Square backfill against theirs
+//! (`paddle_fake.rs`, `square_fake.rs`) in `paddle.rs` and `square.rs`;
+//! the real binary through a simulated outage in `e2e.rs`.
 
 mod e2e;
 pub mod fake;
 mod gitlab;
 mod gitlab_fake;
+mod paddle;
+mod paddle_fake;
+mod square;
+mod square_fake;
 mod stripe;
 
 use std::path::Path;
