@@ -39,7 +39,15 @@ fn main() -> ExitCode {
             older_than,
             source,
         } => cli::purge::run(&config, older_than, source.as_deref()),
-        Command::CatchUp { source, dry_run } => cli::catchup::run(&config, &source, dry_run),
+        Command::CatchUp {
+            source,
+            dry_run,
+            report,
+            window,
+        } => match report {
+            true => cli::catchup::ledger(&config, &source, window),
+            false => cli::catchup::run(&config, &source, dry_run),
+        },
         Command::Destination(cmd) => {
             cli::report("destination", cli::destination::run(&config, cmd))
         }

@@ -127,7 +127,9 @@ impl Message {
     /// How loud it is: ntfy's priority (1-5; 3 is the default).
     fn priority(&self) -> u8 {
         match self.condition {
-            Some(Condition::Dead | Condition::Storage | Condition::Rejections) => 4,
+            Some(Condition::Dead | Condition::Storage | Condition::Rejections | Condition::Gap) => {
+                4
+            }
             Some(Condition::Certificate) => 4,
             Some(_) => 3,
             None => 2,
@@ -218,6 +220,41 @@ impl Alerter {
                  Events the provider failed to deliver may be missing until a run succeeds."
             ),
             details: json!({ "source": source, "job": job, "error": error }),
+        });
+    }
+
+    /// A catch-up pass ended with events it could not recover; `why` says
+    /// how many, for which reasons.
+    pub fn gap(
+        &self,
+        source: &str,
+        job: &str,
+        missing: u32,
+        why: &str,
+        uncovered_from: Option<i64>,
+    ) {
+        if self.0.is_none() {
+            return;
+        }
+        let since = uncovered_from
+            .map(|at| {
+                format!(
+                    "\nWhat happened before {} is older than the provider keeps: it cannot be fetched again.",
+                    clock::format_ms(at)
+                )
+            })
+            .unwrap_or_default();
+        self.notify(Notice {
+            condition: Condition::Gap,
+            title: format!("Catch-up could not recover {missing}: {source} ({job})"),
+            text: format!(
+                "The {job} pass of source {source} ended with {missing} missing: {why}.{since}\n\
+                 The ledger: hookbox catch-up {source} --report"
+            ),
+            details: json!({
+                "source": source, "job": job, "missing": missing, "why": why,
+                "uncovered_from": uncovered_from,
+            }),
         });
     }
 

@@ -46,7 +46,7 @@ use crate::store::catchup::{self as tables, Done, Op, RunCounts};
 use crate::store::{Store, WriterHandle};
 use crate::support::clock;
 pub use db::Db;
-pub use report::{RateLimited, Request, RunReport, Skipped};
+pub use report::{RateLimited, Request, RunReport, Skipped, completeness_line};
 
 pub const GITHUB_JOB: &str = "github_redelivery";
 pub const GITLAB_JOB: &str = "gitlab_redelivery";
@@ -367,6 +367,12 @@ async fn finish(runner: &Runner, job: &Task, run_id: i64, started_at: i64, repor
     if let Err(e) = runner.db.write(finished).await {
         tracing::warn!(error = %format!("{e:#}"), "could not record the end of a catch-up run");
     }
+    if !report.dry_run {
+        let entry = Op::Ledger(Box::new(report.ledger(run_id, started_at)));
+        if let Err(e) = runner.db.write(entry).await {
+            tracing::warn!(error = %format!("{e:#}"), "could not record the pass in the completeness ledger");
+        }
+    }
 }
 
 /// The scheduler's side, cheap to clone: what the admin API keeps to run a
@@ -412,6 +418,14 @@ impl CatchupHandle {
     /// The sources that have a catch-up job.
     pub fn sources(&self) -> impl Iterator<Item = &str> {
         self.jobs.iter().map(|j| j.source.as_str())
+    }
+
+    /// The name of `source`'s catch-up job, if it has one.
+    pub fn job_of(&self, source: &str) -> Option<&'static str> {
+        self.jobs
+            .iter()
+            .find(|j| j.source == source)
+            .map(Task::name)
     }
 
     /// Runs one pass of `source`'s job now (`POST /api/sources/{name}/catch-up`).
@@ -479,6 +493,16 @@ async fn schedule(
         // A pass cut short by shutdown is not a failure worth a message.
         if let Some(error) = report.error.as_deref().filter(|_| !shutdown.is_cancelled()) {
             alerts.catchup_failed(&job.source, job.name(), error);
+        }
+        let missing = report.missing();
+        if !report.busy && missing.total() > 0 {
+            alerts.gap(
+                &job.source,
+                job.name(),
+                missing.total(),
+                &missing.describe(),
+                report.uncovered_from,
+            );
         }
         let wait = if report.busy {
             BUSY_RETRY.min(interval)

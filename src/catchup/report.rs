@@ -7,6 +7,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::Task;
+use crate::store::ledger::{Entry, MissingBy, Summary};
 use crate::support::clock::format_ms;
 
 /// A provider said "slow down": the pass stops and the next one resumes.
@@ -103,6 +104,55 @@ impl RunReport {
         (accepted + self.inserted.len()) as u32
     }
 
+    fn outcomes(&self, outcome: &str) -> u32 {
+        self.requests
+            .iter()
+            .filter(|r| r.outcome == outcome)
+            .count() as u32
+    }
+
+    /// What the pass could not recover, by reason.
+    pub fn missing(&self) -> MissingBy {
+        let permanent = self.outcomes("permanent");
+        // Left for the next pass: by a rate limit, or by what stopped it.
+        let deferred = self.outcomes("deferred");
+        let (limited, stopped) = if self.rate_limited {
+            (deferred, 0)
+        } else {
+            (0, deferred)
+        };
+        MissingBy {
+            outside_window: u32::from(self.uncovered_from.is_some()),
+            refused: permanent + self.skipped.refused_before,
+            rate_limited: limited,
+            // `failed` counts refused requests too, and unreadable events.
+            provider_error: self.failed.saturating_sub(permanent) + stopped,
+        }
+    }
+
+    /// The pass's line in the completeness ledger: listed, what the inbox
+    /// held (or the provider delivered), what the pass recovered, what it
+    /// left to the provider and what it could not recover.
+    pub fn ledger(&self, run_id: i64, started_at: i64) -> Entry {
+        let s = &self.skipped;
+        Entry {
+            run_id,
+            source: self.source.clone(),
+            job: self.job.to_owned(),
+            window_start: self.window_start,
+            window_end: started_at,
+            uncovered_from: self.uncovered_from,
+            listed: self.seen.saturating_sub(s.filtered),
+            held: s.held + s.delivered,
+            recovered: self.asked(),
+            pending: s.in_flight + s.asked_before,
+            missing: self.missing().total(),
+            missing_by: self.missing(),
+            complete: self.complete,
+            error: self.error.clone(),
+        }
+    }
+
     /// One line for the log: info when whole, warn on a rate limit, error
     /// otherwise (someone should look: a token, a key, a hook id).
     pub fn log(&self) {
@@ -131,6 +181,43 @@ impl RunReport {
             ),
         }
     }
+}
+
+/// The ledger in one line: `last 72 h: 1,204 listed, 1,204 held, 3
+/// recovered, 0 missing`, and the reasons when something is missing.
+pub fn completeness_line(s: &Summary, window: std::time::Duration) -> String {
+    let hours = window.as_secs() / 3600;
+    let span = if window.as_secs() % 3600 == 0 && hours > 0 {
+        format!("{hours} h")
+    } else {
+        humantime::format_duration(window).to_string()
+    };
+    let mut line = format!(
+        "last {span}: {} listed, {} held, {} recovered, {} missing",
+        thousands(s.listed),
+        thousands(s.held),
+        thousands(s.recovered),
+        thousands(s.missing)
+    );
+    if s.passes == 0 {
+        line.push_str(" (no catch-up pass in that time)");
+    } else if s.missing > 0 {
+        line.push_str(&format!(" ({})", s.missing_by.describe()));
+    }
+    line
+}
+
+/// `1204` as `1,204`.
+fn thousands(n: u32) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// What `hookbox catch-up` prints.
@@ -188,5 +275,31 @@ impl fmt::Display for RunReport {
             ),
             Some(e) => writeln!(f, "result: stopped: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_reads_as_the_design_writes_it() {
+        let mut s = Summary {
+            passes: 3,
+            listed: 1204,
+            held: 1204,
+            recovered: 3,
+            ..Summary::default()
+        };
+        let day3 = std::time::Duration::from_secs(72 * 3600);
+        assert_eq!(
+            completeness_line(&s, day3),
+            "last 72 h: 1,204 listed, 1,204 held, 3 recovered, 0 missing"
+        );
+        s.missing_by.refused = 2;
+        s.missing = 2;
+        assert!(completeness_line(&s, day3).ends_with("2 missing (2 refused)"));
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
     }
 }

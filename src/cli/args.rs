@@ -93,13 +93,21 @@ pub enum Command {
     /// this was not running is lost: it is taken when it runs again.
     Listen(Box<ListenArgs>),
     /// Run one catch-up pass of SOURCE now (GitHub redelivery, GitLab
-    /// resend or Stripe backfill) and print what it found and asked for.
-    /// Waits for a pass the server is running to finish first.
+    /// resend, Paddle replay, Stripe or Square backfill) and print what it
+    /// found and asked for. Waits for a pass the server is running to
+    /// finish first. With --report, runs nothing and prints the source's
+    /// completeness ledger instead (exit 1 when something is missing).
     CatchUp {
         source: String,
         /// Ask for nothing and insert nothing; only show what would be done.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "report")]
         dry_run: bool,
+        /// Print the completeness ledger of the passes of the last --window.
+        #[arg(long)]
+        report: bool,
+        /// How far back --report sums the passes (72h, 7d).
+        #[arg(long, default_value = "72h", value_parser = humantime::parse_duration, requires = "report")]
+        window: std::time::Duration,
     },
     /// Alerts ([[alerts]] in the config).
     #[command(subcommand)]

@@ -35,10 +35,12 @@ pub enum Condition {
     Certificate,
     /// A destination was paused, by its circuit breaker or by hand.
     Paused,
+    /// A catch-up pass ended with events it could not recover.
+    Gap,
 }
 
 impl Condition {
-    pub const ALL: [Condition; 7] = [
+    pub const ALL: [Condition; 8] = [
         Condition::Dead,
         Condition::CatchupFailed,
         Condition::Rejections,
@@ -46,6 +48,7 @@ impl Condition {
         Condition::Storage,
         Condition::Certificate,
         Condition::Paused,
+        Condition::Gap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -57,6 +60,7 @@ impl Condition {
             Condition::Storage => "storage",
             Condition::Certificate => "certificate",
             Condition::Paused => "paused",
+            Condition::Gap => "gap",
         }
     }
 }

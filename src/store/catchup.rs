@@ -47,6 +47,8 @@ pub enum Op {
         job: String,
         at: i64,
     },
+    /// What a finished pass saw (`super::ledger`).
+    Ledger(Box<super::ledger::Entry>),
 }
 
 /// What an [`Op`] returned.
@@ -182,6 +184,10 @@ pub fn apply(conn: &Connection, op: &Op) -> anyhow::Result<Done> {
             )?
             .execute(params![source, job, at])
             .context("advancing the catch-up mark")?;
+            Done::Ok
+        }
+        Op::Ledger(entry) => {
+            super::ledger::insert(conn, entry)?;
             Done::Ok
         }
     })

@@ -20,6 +20,7 @@ pub mod deliveries;
 mod error;
 pub mod ingest;
 pub mod ip_sets;
+pub mod ledger;
 pub mod lock;
 pub mod models;
 pub mod orphans;

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 17;
+pub const SCHEMA_VERSION: i64 = 18;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0015_rejection_repeats.sql"),
     include_str!("migrations/0016_state_checks.sql"),
     include_str!("migrations/0017_lease_secrets.sql"),
+    include_str!("migrations/0018_catchup_ledger.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -373,6 +374,46 @@ mod tests {
                 ("s".into(), next, 0, 0, 1),
                 ("t".into(), hour, 1, 0, 0),
             ]
+        );
+    }
+
+    #[test]
+    fn version_18_keeps_the_catchup_runs_of_version_17_and_ledgers_new_passes() {
+        let mut conn = at_version(17);
+        conn.execute_batch(
+            "INSERT INTO catchup_runs (id, source, job, started_at, finished_at, seen, asked, complete)
+             VALUES (1, 'sq', 'stripe_backfill', 1, 2, 30, 3, 1);
+             INSERT INTO redelivery_requests (run_id, source, guid, attempt_id, requested_at, outcome)
+             VALUES (1, 'sq', 'a', 10, 1, 'asked');",
+        )
+        .unwrap();
+        apply(&mut conn).unwrap();
+        let count = |conn: &Connection, sql: &str| -> i64 {
+            conn.query_row(sql, [], |r| r.get(0)).unwrap()
+        };
+        assert_eq!(count(&conn, "SELECT count(*) FROM catchup_runs"), 1);
+        assert_eq!(count(&conn, "SELECT count(*) FROM redelivery_requests"), 1);
+        assert_eq!(
+            count(&conn, "SELECT count(*) FROM catchup_ledger"),
+            0,
+            "a pass before the ledger has no entry: nothing is made up"
+        );
+        conn.execute_batch(
+            "PRAGMA foreign_keys = ON;
+             INSERT INTO catchup_runs (id, source, job, started_at) VALUES (2, 'sq', 'square_backfill', 5);
+             INSERT INTO catchup_ledger (run_id, source, job, window_end, listed, held, recovered,
+                 pending, missing, outside_window, refused, rate_limited, provider_error)
+             VALUES (2, 'sq', 'square_backfill', 5, 25, 17, 8, 0, 0, 0, 0, 0, 0);",
+        )
+        .unwrap();
+        let summary = crate::store::ledger::summary(&conn, "sq", 0).unwrap();
+        assert_eq!((summary.listed, summary.recovered), (25, 8));
+        conn.execute_batch("DELETE FROM catchup_runs WHERE id = 2")
+            .unwrap();
+        assert_eq!(
+            count(&conn, "SELECT count(*) FROM catchup_ledger"),
+            0,
+            "pruned with its run"
         );
     }
 

@@ -10,6 +10,7 @@ mod e2e;
 pub mod fake;
 mod gitlab;
 mod gitlab_fake;
+mod ledger;
 mod paddle;
 mod paddle_fake;
 mod square;

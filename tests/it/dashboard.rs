@@ -110,6 +110,7 @@ async fn every_page_redirects_to_login_without_a_session() {
         "/events/1/raw",
         "/dead",
         "/catch-up",
+        "/sources/github",
     ] {
         for cookie in ["", "hookbox_session=0123456789abcdef"] {
             let r = c

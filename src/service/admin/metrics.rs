@@ -40,11 +40,13 @@ type GaugeF = Gauge<f64, AtomicU64>;
 /// `GET /metrics` in the Prometheus text format (0.0.4).
 pub async fn metrics(State(st): State<AdminState>) -> Result<Response, ApiError> {
     let snapshot = st.store.read(queries::metrics_snapshot).await?;
+    let missing = st.store.read(crate::store::ledger::latest_missing).await?;
     let known = st.known();
     let sizes = database_sizes(st.store.path());
     let mut out = String::new();
     st.metrics.encode(&mut out).map_err(anyhow::Error::from)?;
-    let scraped = scraped_registry(&snapshot, &known, sizes, clock::now_ms());
+    let mut scraped = scraped_registry(&snapshot, &known, sizes, clock::now_ms());
+    register_missing(&mut scraped, st.catchup.sources(), &missing);
     prometheus_text::encode(&mut out, &scraped).map_err(anyhow::Error::from)?;
     Ok(([(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)], out).into_response())
 }
@@ -158,6 +160,28 @@ fn scraped_registry(
     wal.set(i64::try_from(wal_bytes).unwrap_or(i64::MAX));
     registry.register("database_wal_size_bytes", "Size of the WAL alone", wal);
     registry
+}
+
+/// `hookbox_catchup_missing{source}`: what the newest catch-up pass of each
+/// source could not recover (0 for a source with a job and no pass yet).
+fn register_missing<'a>(
+    registry: &mut Registry,
+    with_jobs: impl Iterator<Item = &'a str>,
+    missing: &[(String, i64)],
+) {
+    let mut per_source: BTreeMap<&str, i64> = with_jobs.map(|s| (s, 0)).collect();
+    for (s, n) in missing {
+        per_source.insert(s, *n);
+    }
+    let gauge = Family::<Labels, Gauge>::default();
+    for (s, n) in per_source {
+        gauge.get_or_create(&source(s)).set(n);
+    }
+    registry.register(
+        "catchup_missing",
+        "Events the newest catch-up pass of the source could not recover (a stretch older than the provider keeps counts as one)",
+        gauge,
+    );
 }
 
 /// The `_deliveries` gauges, by source and destination: every configured

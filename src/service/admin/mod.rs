@@ -14,6 +14,7 @@
 //! Errors are [`ApiError`]s: `{"error": reason, "detail": ...}`.
 
 pub mod catchup;
+pub mod completeness;
 pub mod dashboard;
 pub mod destinations;
 pub mod events;
@@ -191,6 +192,10 @@ pub fn router(state: AdminState, token: &Secret) -> Router {
         .route(
             "/api/sources/{name}/catch-up",
             post(catchup::start_catch_up),
+        )
+        .route(
+            "/api/sources/{name}/completeness",
+            get(completeness::completeness),
         )
         .route("/metrics", get(metrics::metrics))
         .route_layer(middleware::from_fn_with_state(expected, require_token))

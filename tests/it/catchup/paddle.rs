@@ -57,7 +57,10 @@ async fn seven_of_thirty_missing_paddle_events_are_replayed_once_and_arrive_sign
     let (notifications, missing) = outage();
     let fake = PaddleFake::start(notifications.clone()).await;
     let app = TestApp::spawn(&plain_source()).await;
-    for n in notifications.iter().filter(|n| !missing.contains(&n.id_number())) {
+    for n in notifications
+        .iter()
+        .filter(|n| !missing.contains(&n.id_number()))
+    {
         assert_eq!(push(&app, n).await, 202);
     }
     fake.replay_to(app.url("/hooks/paddle"));
@@ -86,7 +89,10 @@ async fn seven_of_thirty_missing_paddle_events_are_replayed_once_and_arrive_sign
         assert_eq!(query_i64(&app.db_path, &sql), 1, "{id}");
     }
     assert_eq!(
-        query_i64(&app.db_path, "SELECT count(*) FROM events WHERE source = 'paddle'"),
+        query_i64(
+            &app.db_path,
+            "SELECT count(*) FROM events WHERE source = 'paddle'"
+        ),
         30
     );
 

@@ -355,7 +355,9 @@ async fn replay(s: &Shared, id: &str) -> Response {
             return error(
                 StatusCode::BAD_REQUEST,
                 "notification_cannot_replay",
-                &format!("Notification {id} cannot be replayed because it's not `delivered` or `failed`."),
+                &format!(
+                    "Notification {id} cannot be replayed because it's not `delivered` or `failed`."
+                ),
             );
         }
         inner.replays.push(id.to_owned());

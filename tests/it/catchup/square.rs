@@ -5,9 +5,7 @@
 
 use serde_json::Value;
 
-use super::square_fake::{
-    SQUARE_TOKEN, SQUARE_URL, SquareFake, body, event, square_signature,
-};
+use super::square_fake::{SQUARE_TOKEN, SQUARE_URL, SquareFake, body, event, square_signature};
 use super::{ago, config_at, pass, query_i64};
 use crate::helpers::*;
 
@@ -46,7 +44,9 @@ pub async fn push(app: &TestApp, event: &Value) -> u16 {
 /// 25 events two minutes apart, the last a minute ago; the 8 missing were
 /// sent while hookbox was down (the 13th to the 20th).
 pub fn outage() -> (Vec<Value>, Vec<u32>) {
-    let events = (1..=25).map(|n| event(n, ago(60 + (25 - n as i64) * 120))).collect();
+    let events = (1..=25)
+        .map(|n| event(n, ago(60 + (25 - n as i64) * 120)))
+        .collect();
     (events, (13..=20).collect())
 }
 
@@ -79,7 +79,12 @@ async fn eight_of_twenty_five_missing_square_events_are_inserted_byte_stable_onc
     assert!(report.complete, "{report:?}");
     let ids: Vec<String> = missing
         .iter()
-        .map(|n| events[*n as usize - 1]["event_id"].as_str().unwrap().to_owned())
+        .map(|n| {
+            events[*n as usize - 1]["event_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
     assert_eq!(report.inserted, ids, "exactly the 8, oldest first");
     assert_eq!(report.seen, 25);
@@ -87,7 +92,11 @@ async fn eight_of_twenty_five_missing_square_events_are_inserted_byte_stable_onc
     assert_eq!(fake.throttled(), 1, "one 429, waited out");
     fake.assert_no_problems();
     let searches = fake.searches();
-    assert!(searches.len() >= 8, "25 events, 4 a page: {}", searches.len());
+    assert!(
+        searches.len() >= 8,
+        "25 events, 4 a page: {}",
+        searches.len()
+    );
     assert!(searches.iter().skip(2).all(|s| s["cursor"].is_string()));
     assert!(searches.iter().all(|s| s["query"] == searches[0]["query"]));
     for (n, id) in missing.iter().zip(&ids) {
@@ -100,7 +109,10 @@ async fn eight_of_twenty_five_missing_square_events_are_inserted_byte_stable_onc
         );
     }
     assert_eq!(
-        query_i64(&db, "SELECT count(*) FROM events WHERE source = 'square' AND origin = 'push'"),
+        query_i64(
+            &db,
+            "SELECT count(*) FROM events WHERE source = 'square' AND origin = 'push'"
+        ),
         17
     );
 
@@ -137,6 +149,9 @@ async fn types_narrow_the_search_and_a_bad_token_stops_the_pass_saying_why() {
     let report = pass(&config_at(&db, &wrong), "square", false).await;
     assert!(!report.complete);
     let error = report.error.unwrap();
-    assert!(error.contains("401") && error.contains("UNAUTHORIZED"), "{error}");
+    assert!(
+        error.contains("401") && error.contains("UNAUTHORIZED"),
+        "{error}"
+    );
     assert!(!error.contains("EAAAl-revoked"), "{error}");
 }

@@ -30,6 +30,7 @@ mod pages;
 mod pretty;
 mod rejections;
 mod session;
+mod source;
 mod traffic;
 mod view;
 
@@ -75,6 +76,7 @@ pub(super) fn router(admin: AdminState, token: TokenDigest) -> Router {
         .route("/dead", get(pages::dead))
         .route("/replay", post(event::replay_dead))
         .route("/catch-up", get(pages::catch_up))
+        .route("/sources/{name}", get(source::page))
         .route("/rejections", get(rejections::list))
         .route(
             "/destinations/{source}/{name}/{verb}",

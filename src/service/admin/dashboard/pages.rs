@@ -56,7 +56,10 @@ pub(super) async fn overview(
             tr { th { "Source" } @for s in models::State::ALL { th { (s) } } th { "Oldest pending" } }
             @for s in &sources {
                 tr {
-                    td { a href=(link("/events", &[("source", Some(&s.source))])) { (s.source) } }
+                    td {
+                        a href=(link("/events", &[("source", Some(&s.source))])) { (s.source) }
+                        " " a.quiet href={ "/sources/" (s.source) } { "(source)" }
+                    }
                     @for state in models::State::ALL {
                         td.n {
                             a href=(link("/events", &[("source", Some(&s.source)), ("state", Some(state.as_str()))])) {
@@ -408,7 +411,8 @@ fn runs_table(runs: &[queries::CatchupRun]) -> Markup {
                 }
                 @for r in runs {
                     tr {
-                        td { (r.source) } td { (r.job) @if r.dry_run { " (dry run)" } }
+                        td { a href={ "/sources/" (r.source) } { (r.source) } }
+                        td { (r.job) @if r.dry_run { " (dry run)" } }
                         td { (time(r.started_at)) } td { (opt_time(r.finished_at)) }
                         td.n { (r.pages) } td.n { (r.seen) } td.n { (r.asked) } td.n { (r.failed) }
                         td { @if r.complete { "yes" } @else { "no" } }
