@@ -187,7 +187,7 @@ impl RunReport {
 /// recovered, 0 missing`, and the reasons when something is missing.
 pub fn completeness_line(s: &Summary, window: std::time::Duration) -> String {
     let hours = window.as_secs() / 3600;
-    let span = if window.as_secs() % 3600 == 0 && hours > 0 {
+    let span = if window.as_secs().is_multiple_of(3600) && hours > 0 {
         format!("{hours} h")
     } else {
         humantime::format_duration(window).to_string()
@@ -212,7 +212,7 @@ fn thousands(n: u32) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

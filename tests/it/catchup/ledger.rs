@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use super::paddle::{paddle_source, plain_source as paddle_plain, push as paddle_push};
-use super::paddle_fake::{Notification, PaddleFake};
+use super::paddle_fake::PaddleFake;
 use super::square::{plain_source, push, square_source};
 use super::square_fake::{SquareFake, event};
 use super::{ago, config_at, pass};

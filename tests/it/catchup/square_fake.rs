@@ -36,7 +36,7 @@ pub fn event(n: u32, at: i64) -> Value {
     json!({
         "merchant_id": "MLV4HBKRC5Q0T",
         "location_id": "L8YHX0FQ3W6Z2",
-        "type": if n % 3 == 0 { "order.updated" } else { "payment.updated" },
+        "type": if n.is_multiple_of(3) { "order.updated" } else { "payment.updated" },
         "event_id": format!("6a8f5f28-54a1-4eb0-a98a-{n:012}"),
         "created_at": rfc3339(at),
         "data": {
@@ -223,10 +223,11 @@ fn search_events(s: &Shared, search: Value) -> Response {
     }
     // The cursor is the offset and the query it belongs to.
     let query = search["query"].clone();
+    let query_text = query.to_string();
     let offset = match search["cursor"].as_str() {
         None => 0,
         Some(c) => match c.split_once(':') {
-            Some((offset, q)) if q == query.to_string() => offset.parse().unwrap_or(0),
+            Some((offset, q)) if q == query_text => offset.parse().unwrap_or(0),
             _ => {
                 return error(
                     StatusCode::BAD_REQUEST,
@@ -280,7 +281,7 @@ fn search_events(s: &Shared, search: Value) -> Response {
         .collect();
     let mut body = json!({"events": page, "metadata": metadata});
     if offset + size < all.len() {
-        body["cursor"] = json!(format!("{}:{}", offset + size, query));
+        body["cursor"] = json!(format!("{}:{query_text}", offset + size));
     }
     axum::Json(body).into_response()
 }
