@@ -58,7 +58,9 @@
 //!   destinations to consumers instead, and `cli::listen` is such a
 //!   consumer (`hookbox listen`).
 //! * [`catchup`] asks providers for what they will not resend by
-//!   themselves: GitHub and GitLab redelivery, Stripe backfill.
+//!   themselves: GitHub, GitLab and Paddle are asked to send again, Stripe
+//!   and Square events are fetched; each pass is written to the
+//!   completeness ledger (`store::ledger`).
 //! * [`alerts`] watches for dead deliveries, refusals, backlog, storage and
 //!   certificate trouble and tells a person; `service::maintenance` runs
 //!   retention and backup snapshots on their intervals.

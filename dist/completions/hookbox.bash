@@ -162,12 +162,16 @@ _hookbox() {
             return 0
             ;;
         hookbox__subcmd__catch__subcmd__up)
-            opts="-h --dry-run --config --log-format --help"
+            opts="-h --dry-run --report --window --config --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --window)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

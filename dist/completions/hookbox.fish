@@ -38,7 +38,7 @@ complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "events" -d 'List ev
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "purge" -d 'Delete dead events for good: those whose last attempt is older than --older-than (e.g. 30d)'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "destination" -d 'Pause or resume a destination by hand (planned maintenance): while paused it keeps receiving into its queue and nothing is attempted; on resume its backlog is due at once. Works whether or not the server is running; a running server sees it within 2 s. `list` shows every destination\'s pauses'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "listen" -d 'Take events from a pull destination of a (remote) hookbox and POST each to a local URL: ack on 2xx, nack otherwise. Nothing sent while this was not running is lost: it is taken when it runs again'
-complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "catch-up" -d 'Run one catch-up pass of SOURCE now (GitHub redelivery, GitLab resend or Stripe backfill) and print what it found and asked for. Waits for a pass the server is running to finish first'
+complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "catch-up" -d 'Run one catch-up pass of SOURCE now (GitHub redelivery, GitLab resend, Paddle replay, Stripe or Square backfill) and print what it found and asked for. Waits for a pass the server is running to finish first. With --report, runs nothing and prints the source\'s completeness ledger instead (exit 1 when something is missing)'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "alerts" -d 'Alerts ([[alerts]] in the config)'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "man" -d 'Print the man page hookbox.1, generated from these definitions; or, with --out-dir, write it and one page per command (hookbox-serve.1, ...) there'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "completions" -d 'Print the tab-completion script for SHELL, e.g. `hookbox completions bash > /etc/bash_completion.d/hookbox`'
@@ -120,10 +120,12 @@ complete -c hookbox -n "__fish_hookbox_using_subcommand listen" -l log-format -d
 json\t''"
 complete -c hookbox -n "__fish_hookbox_using_subcommand listen" -l once -d 'Forward what is due now, then exit'
 complete -c hookbox -n "__fish_hookbox_using_subcommand listen" -s h -l help -d 'Print help'
+complete -c hookbox -n "__fish_hookbox_using_subcommand catch-up" -l window -d 'How far back --report sums the passes (72h, 7d)' -r
 complete -c hookbox -n "__fish_hookbox_using_subcommand catch-up" -l config -d 'Config file. Without it: /etc/hookbox/hookbox.toml if present, else the embedded default' -r -F
 complete -c hookbox -n "__fish_hookbox_using_subcommand catch-up" -l log-format -d 'Log format' -r -f -a "text\t''
 json\t''"
 complete -c hookbox -n "__fish_hookbox_using_subcommand catch-up" -l dry-run -d 'Ask for nothing and insert nothing; only show what would be done'
+complete -c hookbox -n "__fish_hookbox_using_subcommand catch-up" -l report -d 'Print the completeness ledger of the passes of the last --window'
 complete -c hookbox -n "__fish_hookbox_using_subcommand catch-up" -s h -l help -d 'Print help'
 complete -c hookbox -n "__fish_hookbox_using_subcommand alerts; and not __fish_seen_subcommand_from test" -l config -d 'Config file. Without it: /etc/hookbox/hookbox.toml if present, else the embedded default' -r -F
 complete -c hookbox -n "__fish_hookbox_using_subcommand alerts; and not __fish_seen_subcommand_from test" -l log-format -d 'Log format' -r -f -a "text\t''
