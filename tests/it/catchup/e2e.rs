@@ -4,6 +4,8 @@
 //! (which it does, to hookbox) and fetches from the fake Stripe; every
 //! missed event ends in the inbox once. Then `hookbox catch-up --dry-run`
 //! runs beside the server, prints what it would ask for, and asks nothing.
+//! The same for all five kinds at once (GitHub, Stripe, GitLab, Paddle,
+//! Square), with the ledger of each source saying nothing is missing.
 
 use std::time::Duration;
 
@@ -124,6 +126,118 @@ async fn after_an_outage_one_catch_up_pass_brings_every_missed_event_into_the_in
     assert_eq!(fake.posts().len(), 6, "a dry run asks nothing");
 
     // SIGTERM stops the server cleanly with the scheduler in it.
+    let exit = server.terminate(Duration::from_secs(15)).await;
+    assert_eq!(exit.code(), Some(0));
+}
+
+/// One source of each catch-up kind, each asking its fake.
+fn five_sources(github: &str, gitlab: &str, paddle: &str, square: &str) -> String {
+    use super::gitlab_fake::{GITLAB_HOOK_ID, GITLAB_TOKEN, WEBHOOK_TOKEN};
+    format!(
+        "{}\n{}{}\
+         [[sources]]\nname = \"gitlab\"\nkind = \"gitlab\"\nsecrets = [\"{WEBHOOK_TOKEN}\"]\n\
+         gitlab_redelivery = {{ project = \"acme/shop\", hook_id = {GITLAB_HOOK_ID}, token = \"{GITLAB_TOKEN}\", api_url = \"{gitlab}\" }}\n",
+        sources(github),
+        super::paddle::paddle_source(paddle),
+        super::square::square_source(square, "overlap = \"1h\"\n"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_outage_one_pass_per_source_of_all_five_kinds_leaves_nothing_missing() {
+    use super::gitlab_fake::{Event, GitlabFake};
+    use super::paddle_fake::PaddleFake;
+    use super::square_fake::SquareFake;
+    use crate::helpers::TestApp;
+
+    // Before the outage, with the plain sources: some events got through.
+    let (paddle_events, paddle_missing) = super::paddle::outage();
+    let (square_events, square_missing) = super::square::outage();
+    let app = TestApp::spawn(&format!(
+        "{}{}",
+        super::paddle::plain_source(),
+        super::square::plain_source()
+    ))
+    .await;
+    for n in paddle_events
+        .iter()
+        .filter(|n| !paddle_missing.contains(&n.id_number()))
+    {
+        assert_eq!(super::paddle::push(&app, n).await, 202);
+    }
+    for (n, e) in (1..).zip(&square_events) {
+        if !square_missing.contains(&n) {
+            assert_eq!(super::square::push(&app, e).await, 202);
+        }
+    }
+    let dir = app.shutdown().await;
+    let db = dir.path().join("hookbox.db");
+
+    // What the providers know: GitHub 4 failed, Stripe 3 unanswered,
+    // GitLab 2 failed, Paddle 7 of 30 failed, Square 8 of 25 unanswered.
+    let github = Fake::start(
+        (0..4)
+            .map(|n| Attempt::new(BASE_ID + n, &format!("gh-{n}"), ago(3600 - n * 60), false))
+            .collect(),
+    )
+    .await;
+    for (n, id) in ["evt_x", "evt_y", "evt_z"].iter().enumerate() {
+        github.add_stripe_event(event(id, ago(600 * (n as i64 + 1))));
+    }
+    let gitlab = GitlabFake::start(vec![
+        Event::new(1, "gl-a", ago(5000), "500"),
+        Event::new(2, "gl-b", ago(4000), "internal error"),
+    ])
+    .await;
+    let paddle = PaddleFake::start(paddle_events.clone()).await;
+    let square = SquareFake::start(square_events.clone()).await;
+
+    let sources = five_sources(&github.url(), &gitlab.url(), &paddle.url(), &square.url());
+    let mut server = ChildServer::spawn_ready_with(dir.path(), &db, &sources, "", 1, &[], |addr| {
+        github.redeliver_to(format!("http://{addr}/hooks/github"), GITHUB_SECRET);
+        gitlab.resend_to(format!("http://{addr}/hooks/gitlab"));
+        paddle.replay_to(format!("http://{addr}/hooks/paddle"));
+    })
+    .await;
+    // The start-up passes, one per source.
+    wait_for_count(&db, "SELECT count(DISTINCT source) FROM catchup_ledger", 5).await;
+    for (source, n) in [
+        ("github", 4),
+        ("stripe", 3),
+        ("gitlab", 2),
+        ("paddle", 30),
+        ("square", 25),
+    ] {
+        let sql = format!("SELECT count(*) FROM events WHERE source = '{source}'");
+        wait_for_count(&db, &sql, n).await;
+        assert_eq!(query_i64(&db, &sql), n, "{source}: every event once");
+    }
+    for (source, listed, recovered) in [
+        ("github", 4, 4),
+        ("stripe", 3, 3),
+        ("gitlab", 2, 2),
+        ("paddle", 30, 7),
+        ("square", 25, 8),
+    ] {
+        let r = server
+            .admin_get(&format!("/api/sources/{source}/completeness"))
+            .await;
+        let ledger: serde_json::Value = r.json().await.unwrap();
+        let summary = &ledger["summary"];
+        assert_eq!(summary["missing"], 0, "{source}: {ledger}");
+        assert_eq!(summary["listed"], listed, "{source}: {ledger}");
+        assert_eq!(summary["recovered"], recovered, "{source}: {ledger}");
+        assert_eq!(summary["passes"], 1, "{source}: {ledger}");
+    }
+    let metrics = server.metrics().await;
+    for source in ["github", "stripe", "gitlab", "paddle", "square"] {
+        let line = format!("hookbox_catchup_missing{{source=\"{source}\"}} 0");
+        assert!(metrics.contains(&line), "{line}\n{metrics}");
+    }
+    github.assert_no_problems();
+    gitlab.assert_no_problems();
+    paddle.assert_no_problems();
+    square.assert_no_problems();
     let exit = server.terminate(Duration::from_secs(15)).await;
     assert_eq!(exit.code(), Some(0));
 }
