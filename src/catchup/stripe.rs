@@ -4,6 +4,8 @@
 //! API facts (shared/catchup-apis.md §2): `GET /v1/events` with the key as
 //! a Bearer token, newest first, `created[gte]` in unix seconds, paged with
 //! `starting_after=<last id>` while `has_more`; the list goes back 30 days.
+//! A 429 is waited out (its `Retry-After`, within bounds) and the pass goes
+//! on reading.
 //! A listed event has the id and shape of the pushed one, so both share one
 //! inbox key: the id, `account/id` for Connect events (the same rule as the
 //! webhook verifier, whose code this reuses).
@@ -25,6 +27,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::backfill::{self, Fetch, Fetched};
+use super::http::send_waiting;
 use super::{RateLimited, RunCtx};
 use crate::config::StripeBackfillConfig;
 use crate::ingress::receive::payload::{Identified, Inbound};
@@ -85,14 +88,14 @@ async fn list(
         }
         let page_url =
             reqwest::Url::parse_with_params(&url, &query).context("building the events URL")?;
-        let response = ctx
-            .runner
-            .client
-            .get(page_url)
-            .bearer_auth(cfg.api_key.expose())
-            .send()
-            .await
-            .context("listing Stripe events")?;
+        let response = send_waiting(ctx, "Stripe", || {
+            ctx.runner
+                .client
+                .get(page_url.clone())
+                .bearer_auth(cfg.api_key.expose())
+        })
+        .await
+        .context("listing Stripe events")?;
         let response = check(response).await?;
         let page: Page = response
             .json()

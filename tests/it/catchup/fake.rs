@@ -79,6 +79,9 @@ pub struct Inner {
     pub jwt_checks: usize,
     pub stripe_events: Vec<Value>,
     pub stripe_queries: Vec<HashMap<String, String>>,
+    /// Stripe list requests (counted from 1) answered 429, `Retry-After: 1`.
+    pub stripe_throttle: Vec<usize>,
+    pub stripe_throttled: usize,
     next_id: i64,
 }
 
@@ -376,6 +379,16 @@ fn stripe_events(s: &Shared, headers: &HeaderMap, query: HashMap<String, String>
     }
     let mut inner = s.inner.lock().unwrap();
     inner.stripe_queries.push(query.clone());
+    if inner.stripe_throttle.contains(&inner.stripe_queries.len()) {
+        inner.stripe_throttled += 1;
+        let body = json!({"error": {"code": "rate_limit", "type": "invalid_request_error",
+            "message": "Request rate limit exceeded. Retry after a short wait."}});
+        let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+        response
+            .headers_mut()
+            .insert("retry-after", "1".parse().unwrap());
+        return response;
+    }
     let gte: i64 = query
         .get("created[gte]")
         .and_then(|v| v.parse().ok())

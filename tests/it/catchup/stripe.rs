@@ -133,6 +133,26 @@ async fn missing_stripe_events_are_inserted_once_as_fetched_and_present_ones_unt
 }
 
 #[tokio::test]
+async fn a_429_with_retry_after_is_waited_out_and_the_pass_goes_on() {
+    let fake = Fake::start(Vec::new()).await;
+    for n in 0..5 {
+        fake.add_stripe_event(event(&format!("evt_{n}"), ago(600 * (n + 1))));
+    }
+    fake.inner.lock().unwrap().stripe_throttle = vec![2];
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let report = pass(
+        &config_at(&db, &stripe_source(&fake.url())),
+        "stripe",
+        false,
+    )
+    .await;
+    assert!(report.complete, "{report:?}");
+    assert_eq!(report.inserted.len(), 5, "{report:?}");
+    assert_eq!(fake.inner.lock().unwrap().stripe_throttled, 1);
+}
+
+#[tokio::test]
 async fn fetched_events_follow_the_destination_filter() {
     let fake = Fake::start(Vec::new()).await;
     let mut refund = event("evt_refund", ago(120));
