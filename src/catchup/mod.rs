@@ -495,7 +495,8 @@ async fn schedule(
             alerts.catchup_failed(&job.source, job.name(), error);
         }
         let missing = report.missing();
-        if !report.busy && missing.total() > 0 {
+        // A refusal an earlier pass reported is not news.
+        if !report.busy && missing.unreported() > 0 {
             alerts.gap(
                 &job.source,
                 job.name(),

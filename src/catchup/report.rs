@@ -123,7 +123,8 @@ impl RunReport {
         };
         MissingBy {
             outside_window: u32::from(self.uncovered_from.is_some()),
-            refused: permanent + self.skipped.refused_before,
+            refused: permanent,
+            refused_before: self.skipped.refused_before,
             rate_limited: limited,
             // `failed` counts refused requests too, and unreadable events.
             provider_error: self.failed.saturating_sub(permanent) + stopped,

@@ -17,8 +17,11 @@ pub struct MissingBy {
     /// Part of the window is older than the provider keeps: counted as
     /// one, since how many events it held is unknown.
     pub outside_window: u32,
-    /// The provider will not send them again.
+    /// The provider will not send them again: refused in this pass.
     pub refused: u32,
+    /// Refused in an earlier pass and listed again: still missing, and
+    /// already counted where first refused.
+    pub refused_before: u32,
     /// Left for the next pass by a rate limit.
     pub rate_limited: u32,
     /// The provider failed, or listed something unreadable.
@@ -27,7 +30,16 @@ pub struct MissingBy {
 
 impl MissingBy {
     pub fn total(&self) -> u32 {
-        self.outside_window + self.refused + self.rate_limited + self.provider_error
+        self.outside_window
+            + self.refused
+            + self.refused_before
+            + self.rate_limited
+            + self.provider_error
+    }
+
+    /// What no earlier pass reported: worth telling a person about.
+    pub fn unreported(&self) -> u32 {
+        self.total() - self.refused_before
     }
 
     /// `3 refused, 1 outside the provider's window`, or `none`.
@@ -35,6 +47,7 @@ impl MissingBy {
         let parts: Vec<String> = [
             (self.outside_window, "outside the provider's window"),
             (self.refused, "refused"),
+            (self.refused_before, "refused before"),
             (self.rate_limited, "rate-limited"),
             (self.provider_error, "the provider's error"),
         ]
@@ -80,8 +93,8 @@ pub fn insert(conn: &Connection, e: &Entry) -> anyhow::Result<()> {
     conn.prepare_cached(
         "INSERT OR REPLACE INTO catchup_ledger (run_id, source, job, window_start, window_end,
              uncovered_from, listed, held, recovered, pending, missing, outside_window, refused,
-             rate_limited, provider_error)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+             refused_before, rate_limited, provider_error)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     )?
     .execute(params![
         e.run_id,
@@ -97,6 +110,7 @@ pub fn insert(conn: &Connection, e: &Entry) -> anyhow::Result<()> {
         m.total(),
         m.outside_window,
         m.refused,
+        m.refused_before,
         m.rate_limited,
         m.provider_error
     ])
@@ -106,7 +120,7 @@ pub fn insert(conn: &Connection, e: &Entry) -> anyhow::Result<()> {
 
 const COLUMNS: &str = "l.run_id, l.source, l.job, l.window_start, l.window_end, l.uncovered_from,
     l.listed, l.held, l.recovered, l.pending, l.missing, l.outside_window, l.refused,
-    l.rate_limited, l.provider_error, r.complete, r.error";
+    l.refused_before, l.rate_limited, l.provider_error, r.complete, r.error";
 
 fn entry(r: &rusqlite::Row) -> rusqlite::Result<Entry> {
     Ok(Entry {
@@ -124,11 +138,12 @@ fn entry(r: &rusqlite::Row) -> rusqlite::Result<Entry> {
         missing_by: MissingBy {
             outside_window: r.get(11)?,
             refused: r.get(12)?,
-            rate_limited: r.get(13)?,
-            provider_error: r.get(14)?,
+            refused_before: r.get(13)?,
+            rate_limited: r.get(14)?,
+            provider_error: r.get(15)?,
         },
-        complete: r.get(15)?,
-        error: r.get(16)?,
+        complete: r.get(16)?,
+        error: r.get(17)?,
     })
 }
 
@@ -155,8 +170,9 @@ pub struct Summary {
     pub held: u32,
     pub recovered: u32,
     /// What is missing now: what no pass will recover (refused, outside
-    /// the provider's window) summed over the passes, and what the newest
-    /// pass left for the next one (rate-limited, the provider's error).
+    /// the provider's window) summed over the passes, each refusal once,
+    /// where it was first refused, and what the newest pass left for the
+    /// next one (rate-limited, the provider's error).
     pub missing: u32,
     pub missing_by: MissingBy,
 }
@@ -248,22 +264,24 @@ mod tests {
         pass(&conn, 1, 1000, 10, lost);
         let left = MissingBy {
             provider_error: 1,
+            refused_before: 2,
             ..MissingBy::default()
         };
-        pass(&conn, 2, 2000, 4, left);
+        pass(&conn, 2, 2000, 6, left);
         let s = summary(&conn, "s", 0).unwrap();
-        assert_eq!((s.passes, s.listed, s.held), (2, 14, 12));
-        assert_eq!(s.missing_by.refused, 2, "for good");
+        assert_eq!((s.passes, s.listed, s.held), (2, 16, 14));
+        assert_eq!(s.missing_by.refused, 2, "for good, counted once");
+        assert_eq!(left.unreported(), 1, "the refusals are not news");
         assert_eq!(s.missing_by.rate_limited, 0, "the newer pass took them");
         assert_eq!(s.missing_by.provider_error, 1);
         assert_eq!(s.missing, 3);
         assert_eq!(summary(&conn, "s", 1500).unwrap().passes, 1);
-        assert_eq!(latest_missing(&conn).unwrap(), [("s".to_owned(), 1)]);
+        assert_eq!(latest_missing(&conn).unwrap(), [("s".to_owned(), 3)]);
         let rows = recent(&conn, "s", 10).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].run_id, 2);
         assert!(rows[0].complete);
-        assert_eq!(left.describe(), "1 the provider's error");
+        assert_eq!(left.describe(), "2 refused before, 1 the provider's error");
         assert_eq!(MissingBy::default().describe(), "none");
     }
 }

@@ -14,7 +14,8 @@ CREATE TABLE catchup_ledger (
     pending        INTEGER NOT NULL,   -- left to the provider: still retrying, or asked for before
     missing        INTEGER NOT NULL,   -- the sum of the reasons below
     outside_window INTEGER NOT NULL,   -- 1 when part of the window is older than the provider keeps
-    refused        INTEGER NOT NULL,   -- the provider will not send them again
+    refused        INTEGER NOT NULL,   -- the provider will not send them again (refused in this pass)
+    refused_before INTEGER NOT NULL DEFAULT 0,   -- refused in an earlier pass, listed again
     rate_limited   INTEGER NOT NULL,   -- left for the next pass by a rate limit
     provider_error INTEGER NOT NULL    -- the provider failed, or listed something unreadable
 );

@@ -77,6 +77,20 @@ async fn each_pass_records_what_the_provider_listed_held_recovered_and_missed() 
     assert_eq!(newest(&app.db_path, "paddle"), (30, 23, 5, 1, 1));
     let refused: i64 = app.count("SELECT refused FROM catchup_ledger WHERE source = 'paddle'");
     assert_eq!(refused, 1);
+    // The next pass lists the refused one again: still missing, not news.
+    pass(&config, "paddle", false).await;
+    assert_eq!(newest(&app.db_path, "paddle"), (30, 28, 0, 1, 1));
+    let by: (i64, i64) = app
+        .db()
+        .query_row(
+            "SELECT refused, refused_before FROM catchup_ledger WHERE source = 'paddle'
+             ORDER BY run_id DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(by, (0, 1));
+    assert_eq!(fake.replays().len(), 5, "nothing asked again");
     app.shutdown().await;
 }
 
