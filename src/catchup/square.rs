@@ -38,8 +38,9 @@ use crate::store::catchup::TimeField;
 /// asked for is never refused as too old.
 pub const MAX_AGE: Duration = Duration::from_secs(28 * 24 * 3600 - 3600);
 
-/// The API version the requests are written against.
-const SQUARE_VERSION: &str = "2025-10-16";
+/// The API version the requests are written against (the Events API came
+/// in 2024-06-04, in beta).
+const SQUARE_VERSION: &str = "2024-12-18";
 
 /// Square's largest page.
 const LIMIT: u32 = 100;
@@ -166,7 +167,7 @@ async fn check(response: Response) -> anyhow::Result<Response> {
             "the access_token is wrong or revoked, or an OAuth token (the Events API takes the application's personal access token)"
         }
         StatusCode::FORBIDDEN => {
-            "the Events API is not enabled for the application (PUT /v2/events/enable), or the token may not read events"
+            "the token may not search events (the Events API takes the application's personal access token; enable it with PUT /v2/events/enable)"
         }
         _ => "unexpected answer",
     };

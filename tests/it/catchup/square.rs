@@ -31,7 +31,7 @@ pub async fn push(app: &TestApp, event: &Value) -> u16 {
     app.client
         .post(app.url("/hooks/square"))
         .header("content-type", "application/json")
-        .header("square-version", "2025-10-16")
+        .header("square-version", "2024-12-18")
         .header("x-square-hmacsha256-signature", square_signature(&body))
         .body(body)
         .send()

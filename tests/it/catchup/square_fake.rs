@@ -289,7 +289,7 @@ fn search_events(s: &Shared, search: Value) -> Response {
     let page: Vec<Value> = all.iter().skip(offset).take(size).cloned().collect();
     let metadata: Vec<Value> = page
         .iter()
-        .map(|e| json!({"event_id": e["event_id"], "api_version": "2025-10-16"}))
+        .map(|e| json!({"event_id": e["event_id"], "api_version": "2024-12-18"}))
         .collect();
     // Written out by hand, so each event is the very bytes of `body`.
     let events: Vec<String> = page
