@@ -63,8 +63,10 @@ pub async fn run<F: Fetch>(
 }
 
 /// The newest held event's time or the last successful pass, whichever is
-/// older, minus `overlap`; not before `now - max_age`. A wanted start the
-/// provider no longer keeps is reported as [`RunReport::uncovered_from`].
+/// older, minus `overlap`; not before `now - max_age`. When the last
+/// successful pass (before any, the newest held event) is older than the
+/// provider keeps, what lies between is reported as
+/// [`RunReport::uncovered_from`].
 ///
 /// [`RunReport::uncovered_from`]: super::RunReport::uncovered_from
 async fn window_start(
@@ -85,14 +87,19 @@ async fn window_start(
             ))
         })
         .await?;
-    let anchor = match (newest.map(|s| s.saturating_mul(1000)), last) {
+    let newest = newest.map(|s| s.saturating_mul(1000));
+    let anchor = match (newest, last) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
     let wanted = anchor.map(|a| a.saturating_sub(millis(overlap)));
     let start = wanted.unwrap_or(floor).max(floor);
     ctx.report.window_start = Some(start);
-    ctx.report.uncovered_from = wanted.filter(|w| *w < floor);
+    // Unchecked time is what lies before the last successful pass: a
+    // quiet account's old newest event is no gap while passes ran. Before
+    // any pass, it is what came after the newest event held.
+    let unchecked = last.or(newest).map(|a| a.saturating_sub(millis(overlap)));
+    ctx.report.uncovered_from = unchecked.filter(|w| *w < floor);
     Ok(start)
 }
 

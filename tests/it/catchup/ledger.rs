@@ -204,5 +204,40 @@ async fn a_gap_older_than_square_keeps_is_missing_with_its_reason_sets_the_gauge
         stdout.contains("the provider no longer keeps what happened from"),
         "{stdout}"
     );
+
+    // The next pass starts from this one: the account's newest event is
+    // still 40 days old, but nothing went unchecked since, so no gap.
+    let config = config_at(&app.db_path, &square_source(&fake.url(), ""));
+    let again = pass(&config, "square", false).await;
+    assert!(
+        again.complete && again.uncovered_from.is_none(),
+        "{again:?}"
+    );
+    // From the newest event held (3 h old) minus the overlap: one listed.
+    assert_eq!(newest(&app.db_path, "square"), (1, 1, 0, 0, 0));
+    let metrics = app.admin_get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("hookbox_catchup_missing{source=\"square\"} 0"),
+        "{metrics}"
+    );
     app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_quiet_account_is_no_gap_once_a_pass_has_run() {
+    // The only event the account ever sent is 40 days old, and Square
+    // has nothing newer.
+    let app = TestApp::spawn(&plain_source()).await;
+    assert_eq!(push(&app, &event(1, ago(40 * 86_400))).await, 202);
+    let dir = app.shutdown().await;
+    let db = dir.path().join("hookbox.db");
+    let fake = SquareFake::start(Vec::new()).await;
+    let config = config_at(&db, &square_source(&fake.url(), ""));
+    let first = pass(&config, "square", false).await;
+    assert!(first.uncovered_from.is_some(), "never checked: {first:?}");
+    assert_eq!(newest(&db, "square").4, 1);
+    let second = pass(&config, "square", false).await;
+    assert!(second.complete, "{second:?}");
+    assert_eq!(second.uncovered_from, None, "checked by the first pass");
+    assert_eq!(newest(&db, "square"), (0, 0, 0, 0, 0));
 }
