@@ -39,7 +39,7 @@ const MAX_PAGES: u32 = 1000;
 mod api;
 
 pub use api::{API_VERSION, app_jwt};
-use api::{check, rate_limited, send};
+use api::{check, rate_limited, rate_wait, send};
 
 /// One item of the deliveries list (`hook-delivery-item`).
 #[derive(Debug, Clone, Deserialize)]
@@ -156,7 +156,9 @@ impl Resend for Github<'_> {
         if status.is_success() {
             Answer::Asked(code)
         } else if let Some(limit) = rate_limited(&response) {
-            Answer::Stop(Some(code), limit.into())
+            // Waited out within the pass when short; past the bound, the
+            // rest is left to the next pass.
+            Answer::Wait(Some(rate_wait(&response)), limit)
         } else if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             let e = match check(response, "asking for a redelivery").await {
                 Err(e) => e,

@@ -251,6 +251,30 @@ async fn a_rate_limit_stops_the_pass_and_the_next_resumes_without_asking_twice()
 }
 
 #[tokio::test]
+async fn a_short_secondary_rate_limit_is_waited_out_and_the_pass_goes_on() {
+    let attempts = (0..4)
+        .map(|n| Attempt::new(BASE_ID + n, &format!("s{n}"), ago(3600 - n * 60), false))
+        .collect();
+    let fake = Fake::start(attempts).await;
+    fake.set_mode(Mode::RetryAfterOnce(2));
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let report = pass(
+        &config_at(&db, &github_source(&fake.url())),
+        "github",
+        false,
+    )
+    .await;
+    assert!(report.complete, "{report:?}");
+    assert!(fake.inner.lock().unwrap().retried);
+    assert_eq!(
+        fake.posts(),
+        (0..4).map(|n| BASE_ID + n).collect::<Vec<_>>(),
+        "each once, the third after the wait"
+    );
+}
+
+#[tokio::test]
 async fn an_app_hook_is_reached_with_a_fresh_rs256_jwt() {
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("app.pem");

@@ -100,6 +100,30 @@ pub(super) async fn check(response: Response, doing: &str) -> anyhow::Result<Res
 
 /// A primary or secondary rate limit (catchup-apis.md §1.8): 429, or 403
 /// with `x-ratelimit-remaining: 0` or a `retry-after`.
+/// How long GitHub asks to wait: `retry-after`, else until
+/// `x-ratelimit-reset` when the limit is spent, else a minute (GitHub's
+/// advice for a secondary limit that names no wait).
+pub(super) fn rate_wait(response: &Response) -> std::time::Duration {
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    if let Some(secs) = header("retry-after") {
+        return std::time::Duration::from_secs(secs);
+    }
+    let spent = header("x-ratelimit-remaining") == Some(0);
+    match header("x-ratelimit-reset") {
+        Some(reset) if spent => {
+            let now = u64::try_from(clock::now_ms() / 1000).unwrap_or(0);
+            std::time::Duration::from_secs(reset.saturating_sub(now).max(1))
+        }
+        _ => std::time::Duration::from_secs(60),
+    }
+}
+
 pub(super) fn rate_limited(response: &Response) -> Option<RateLimited> {
     let status = response.status();
     let header = |name: &str| {

@@ -65,6 +65,9 @@ pub enum Mode {
     /// Redeliveries past this many accepted get 403 with
     /// `x-ratelimit-remaining: 0`.
     RateLimitAfter(usize),
+    /// The redelivery asked after this many were accepted gets one 403
+    /// with `retry-after: 1` (a secondary limit), once.
+    RetryAfterOnce(usize),
 }
 
 #[derive(Default)]
@@ -77,6 +80,8 @@ pub struct Inner {
     /// What the fake found wrong with hookbox's requests.
     pub problems: Vec<String>,
     pub jwt_checks: usize,
+    /// `Mode::RetryAfterOnce` answered its 403.
+    pub retried: bool,
     pub stripe_events: Vec<Value>,
     pub stripe_queries: Vec<HashMap<String, String>>,
     /// Stripe list requests (counted from 1) answered 429, `Retry-After: 1`.
@@ -320,6 +325,18 @@ async fn redeliver(s: &Shared, id: i64, mode: Mode) -> Response {
             inner.posts.len(),
         )
     };
+    if let Mode::RetryAfterOnce(n) = mode
+        && accepted == n
+        && !s.inner.lock().unwrap().retried
+    {
+        s.inner.lock().unwrap().retried = true;
+        return (
+            StatusCode::FORBIDDEN,
+            [("retry-after", "1")],
+            axum::Json(json!({"message": "You have exceeded a secondary rate limit."})),
+        )
+            .into_response();
+    }
     if let Mode::RateLimitAfter(n) = mode
         && accepted >= n
     {
