@@ -360,6 +360,7 @@ fn request(c: &Candidate, outcome: &'static str, status: Option<u16>) -> Request
     Request {
         guid: c.key.clone(),
         attempt_id: c.attempt_id,
+        target: Some(c.target.clone()).filter(|t| !t.is_empty()),
         event: c.event.clone(),
         outcome,
         status,

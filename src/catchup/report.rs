@@ -48,6 +48,10 @@ pub struct Request {
     pub guid: String,
     /// The attempt asked to redeliver: the GUID's newest.
     pub attempt_id: i64,
+    /// What the request named, when not `attempt_id` (Paddle: the event's
+    /// first notification, `ntf_…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     pub event: String,
     /// `asked`, `permanent`, `failed`; `deferred`: left for the next pass
     /// by a rate limit; `would_ask` in a dry run.
@@ -245,6 +249,9 @@ impl fmt::Display for RunReport {
         if s.unidentified > 0 {
             write!(f, ", {} without a delivery id", s.unidentified)?;
         }
+        if s.in_flight > 0 {
+            write!(f, ", {} still retried by the provider", s.in_flight)?;
+        }
         writeln!(f)?;
         for r in &self.requests {
             let status = r.status.map(|s| format!(" ({s})")).unwrap_or_default();
@@ -253,11 +260,16 @@ impl fmt::Display for RunReport {
                 "deferred" => "left for the next pass",
                 other => other,
             };
-            writeln!(
-                f,
-                "{verb}: {} attempt {} [{}]{status}",
-                r.guid, r.attempt_id, r.event
-            )?;
+            match &r.target {
+                Some(target) => {
+                    writeln!(f, "{verb}: {} via {target} [{}]{status}", r.guid, r.event)?
+                }
+                None => writeln!(
+                    f,
+                    "{verb}: {} attempt {} [{}]{status}",
+                    r.guid, r.attempt_id, r.event
+                )?,
+            }
         }
         let verb = if self.dry_run {
             "would insert"

@@ -125,6 +125,19 @@ async fn a_dry_run_asks_nothing_and_a_retrying_notification_is_left_to_paddle() 
         .map(|r| (r.guid.as_str(), r.outcome))
         .collect();
     assert_eq!(would, [(evt_id(1).as_str(), "would_ask")]);
+    assert_eq!(
+        report.requests[0].target.as_deref(),
+        Some(ntf_id(1).as_str())
+    );
+    let printed = report.to_string();
+    assert!(
+        printed.contains(&format!("would ask: {} via {}", evt_id(1), ntf_id(1))),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("1 still retried by the provider"),
+        "{printed}"
+    );
     assert_eq!(report.skipped.in_flight, 1);
     assert!(fake.replays().is_empty());
     fake.assert_no_problems();
