@@ -34,7 +34,7 @@ use reqwest::{Response, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::http::{excerpt, next_link, parse_time, retry_after};
+use super::http::{excerpt, next_link, parse_time, retry_after, send_waiting};
 use super::redeliver::{self, Answer, Candidate, Pacing, Resend};
 use super::{RateLimited, RunCtx};
 use crate::config::GitlabRedeliveryConfig;
@@ -119,9 +119,12 @@ async fn list(
             bail!("read {MAX_PAGES} pages without reaching the window's start; stopping");
         }
         let url = format!("{base}?per_page={PER_PAGE}&page={page}");
-        let response = send(cfg, ctx.runner.client.get(&url))
-            .await
-            .context("listing the hook's events")?;
+        let auth = auth(cfg)?;
+        let response = send_waiting(ctx, "GitLab", || {
+            authorized(ctx.runner.client.get(&url), auth.clone())
+        })
+        .await
+        .context("listing the hook's events")?;
         let response = check(response, "listing the hook's events").await?;
         let next = next_page(response.headers());
         let events: Vec<Event> = response
@@ -187,13 +190,20 @@ async fn send(
     cfg: &GitlabRedeliveryConfig,
     request: reqwest::RequestBuilder,
 ) -> anyhow::Result<Response> {
+    Ok(authorized(request, auth(cfg)?).send().await?)
+}
+
+fn auth(cfg: &GitlabRedeliveryConfig) -> anyhow::Result<HeaderValue> {
     let mut auth = HeaderValue::from_str(&format!("Bearer {}", cfg.token.expose()))
         .context("the token holds characters a header cannot")?;
     auth.set_sensitive(true);
-    let request = request
+    Ok(auth)
+}
+
+fn authorized(request: reqwest::RequestBuilder, auth: HeaderValue) -> reqwest::RequestBuilder {
+    request
         .header(AUTHORIZATION, auth)
-        .header(ACCEPT, "application/json");
-    Ok(request.send().await?)
+        .header(ACCEPT, "application/json")
 }
 
 /// Turns an error status into an error that says what to fix.

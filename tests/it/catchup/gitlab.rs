@@ -339,6 +339,23 @@ async fn the_admin_api_runs_a_gitlab_pass_and_the_dashboard_lists_it() {
 }
 
 #[tokio::test]
+async fn a_429_while_listing_is_waited_out_and_the_pass_goes_on() {
+    let fake = GitlabFake::start(missing(4)).await;
+    fake.throttle_list(2);
+    let dir = tempfile::tempdir().unwrap();
+    let db = new_db(dir.path());
+    let report = pass(
+        &config_at(&db, &gitlab_source(&fake.url(), "")),
+        "gitlab",
+        false,
+    )
+    .await;
+    assert!(report.complete, "{report:?}");
+    assert_eq!(fake.throttled(), 1);
+    assert_eq!(fake.resent(), vec![100, 101, 102, 103]);
+}
+
+#[tokio::test]
 async fn a_failing_gitlab_pass_raises_a_catchup_failed_alert() {
     let fake = GitlabFake::start(missing(1)).await;
     fake.set_mode(Mode::Unauthorized);

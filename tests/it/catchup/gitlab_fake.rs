@@ -88,6 +88,9 @@ struct Config {
     retry_after: Option<u64>,
     /// hookbox's `/hooks/gitlab` URL.
     resend_to: Option<String>,
+    /// List requests (counted from 1) answered 429 with `Retry-After: 1`.
+    list_throttle: Vec<usize>,
+    list_requests: usize,
 }
 
 #[derive(Clone)]
@@ -118,6 +121,8 @@ impl GitlabFake {
             window: Duration::from_secs(60),
             retry_after: None,
             resend_to: None,
+            list_throttle: Vec::new(),
+            list_requests: 0,
         }));
         let (addr, _server) = serve_loopback(|addr| {
             let shared = Shared {
@@ -148,6 +153,11 @@ impl GitlabFake {
     pub fn set_limit(&self, limit: usize, window: Duration, retry_after: Option<u64>) {
         let mut c = self.config.lock().unwrap();
         (c.limit, c.window, c.retry_after) = (limit, window, retry_after);
+    }
+
+    /// Answers the `n`th list request (from 1) with 429, `Retry-After: 1`.
+    pub fn throttle_list(&self, n: usize) {
+        self.config.lock().unwrap().list_throttle.push(n);
     }
 
     pub fn resend_to(&self, url: String) {
@@ -244,6 +254,23 @@ async fn handle(State(s): State<Shared>, method: Method, uri: Uri, headers: Head
 }
 
 fn list(s: &Shared, path: &str, query: &HashMap<String, String>) -> Response {
+    let throttle = {
+        let mut c = s.config.lock().unwrap();
+        c.list_requests += 1;
+        c.list_throttle.contains(&c.list_requests)
+    };
+    {
+        if throttle {
+            s.inner.lock().unwrap().throttled += 1;
+            let body = axum::Json(json!({"message": {"error":
+                "This endpoint has been requested too many times. Try again later."}}));
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, body).into_response();
+            response
+                .headers_mut()
+                .insert("retry-after", "1".parse().unwrap());
+            return response;
+        }
+    }
     let per_page: usize = query
         .get("per_page")
         .and_then(|v| v.parse().ok())
