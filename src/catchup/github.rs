@@ -80,9 +80,7 @@ async fn list(
         if ctx.report.pages >= MAX_PAGES {
             bail!("read {MAX_PAGES} pages without reaching the window's start; stopping");
         }
-        let response = send(cfg, ctx.runner.client.get(&url))
-            .await
-            .context("listing the hook's deliveries")?;
+        let response = read_page(ctx, cfg, &url).await?;
         let response = check(response, "listing the hook's deliveries").await?;
         let next = next_link(response.headers());
         let page: Vec<Attempt> = response
@@ -121,6 +119,36 @@ async fn list(
             }
             _ => return Ok(kept),
         }
+    }
+}
+
+/// GETs one page, waiting out a short rate limit (what `rate_wait` says,
+/// within `redeliver::MAX_RATE_WAIT`, a few times in a row); a longer one
+/// is returned for `check` to stop the pass with.
+async fn read_page(
+    ctx: &RunCtx<'_>,
+    cfg: &GithubRedeliveryConfig,
+    url: &str,
+) -> anyhow::Result<reqwest::Response> {
+    let mut waits = 0;
+    loop {
+        let response = send(cfg, ctx.runner.client.get(url))
+            .await
+            .context("listing the hook's deliveries")?;
+        if rate_limited(&response).is_none() {
+            return Ok(response);
+        }
+        let wait = rate_wait(&response);
+        waits += 1;
+        if waits > 3 || wait > redeliver::MAX_RATE_WAIT {
+            return Ok(response);
+        }
+        tracing::info!(
+            wait_ms = wait.as_millis() as u64,
+            "GitHub rate limit reached; waiting before reading on"
+        );
+        ctx.pause(wait).await;
+        ctx.step().await?;
     }
 }
 

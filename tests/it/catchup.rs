@@ -251,7 +251,7 @@ async fn a_rate_limit_stops_the_pass_and_the_next_resumes_without_asking_twice()
 }
 
 #[tokio::test]
-async fn a_short_secondary_rate_limit_is_waited_out_and_the_pass_goes_on() {
+async fn short_rate_limits_are_waited_out_and_the_pass_goes_on() {
     let attempts = (0..4)
         .map(|n| Attempt::new(BASE_ID + n, &format!("s{n}"), ago(3600 - n * 60), false))
         .collect();
@@ -259,6 +259,8 @@ async fn a_short_secondary_rate_limit_is_waited_out_and_the_pass_goes_on() {
     fake.set_mode(Mode::RetryAfterOnce(2));
     let dir = tempfile::tempdir().unwrap();
     let db = new_db(dir.path());
+    // And the primary limit, spent for a second while listing.
+    fake.inner.lock().unwrap().list_throttle = vec![2];
     let report = pass(
         &config_at(&db, &github_source(&fake.url())),
         "github",
@@ -267,6 +269,11 @@ async fn a_short_secondary_rate_limit_is_waited_out_and_the_pass_goes_on() {
     .await;
     assert!(report.complete, "{report:?}");
     assert!(fake.inner.lock().unwrap().retried);
+    assert_eq!(
+        fake.inner.lock().unwrap().list_requests,
+        3,
+        "page 2 read again"
+    );
     assert_eq!(
         fake.posts(),
         (0..4).map(|n| BASE_ID + n).collect::<Vec<_>>(),

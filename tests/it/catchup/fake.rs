@@ -82,6 +82,10 @@ pub struct Inner {
     pub jwt_checks: usize,
     /// `Mode::RetryAfterOnce` answered its 403.
     pub retried: bool,
+    /// Delivery list requests (counted from 1) answered 403 with the
+    /// primary limit spent until the next second.
+    pub list_throttle: Vec<usize>,
+    pub list_requests: usize,
     pub stripe_events: Vec<Value>,
     pub stripe_queries: Vec<HashMap<String, String>>,
     /// Stripe list requests (counted from 1) answered 429, `Retry-After: 1`.
@@ -273,6 +277,23 @@ fn check_jwt(token: &str, pem: &[u8], iss: i64) -> Result<(), String> {
 }
 
 fn list(s: &Shared, path: &str, query: &HashMap<String, String>) -> Response {
+    let throttled = {
+        let mut inner = s.inner.lock().unwrap();
+        inner.list_requests += 1;
+        inner.list_throttle.contains(&inner.list_requests)
+    };
+    if throttled {
+        let reset = (hookbox::support::clock::now_secs() + 1).to_string();
+        return (
+            StatusCode::FORBIDDEN,
+            [
+                ("x-ratelimit-remaining", "0".to_owned()),
+                ("x-ratelimit-reset", reset),
+            ],
+            axum::Json(json!({"message": "API rate limit exceeded"})),
+        )
+            .into_response();
+    }
     let per_page = s.config.lock().unwrap().per_page;
     let offset: usize = query
         .get("cursor")
