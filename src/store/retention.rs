@@ -569,6 +569,15 @@ mod tests {
         let recent = run(&conn, "github_redelivery", 900, true, &["asked"]);
         let other_old = run(&conn, "stripe_backfill", 120, true, &[]);
         let last_of_its_job = run(&conn, "stripe_backfill", 130, true, &["asked"]);
+        for run_id in [old, recent] {
+            let entry = crate::store::ledger::Entry {
+                run_id,
+                source: "g".into(),
+                job: "github_redelivery".into(),
+                ..Default::default()
+            };
+            crate::store::ledger::insert(&conn, &entry).unwrap();
+        }
         let before = crate::store::queries::metrics_snapshot(&conn).unwrap();
 
         let pruned = prune_all(&conn, Prune::CatchupRuns, 500);
@@ -586,6 +595,10 @@ mod tests {
             .query_row("SELECT count(*) FROM redelivery_requests", [], |r| r.get(0))
             .unwrap();
         assert_eq!(requests, 2, "the old run's requests went with it");
+        let ledger: i64 = conn
+            .query_row("SELECT count(*) FROM catchup_ledger", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ledger, 1, "and its line of the ledger");
 
         let after = crate::store::queries::metrics_snapshot(&conn).unwrap();
         let sorted = |mut v: Vec<(String, String, i64)>| {
