@@ -19,7 +19,7 @@
 //! so what failed during an outage stays failed.
 //!
 //! A pass reads back to the last successful pass minus `overlap` (never
-//! past [`MAX_AGE`]) and hands the attempts to [`redeliver`], which groups
+//! past [`MAX_AGE`]) and hands the attempts to `redeliver`, which groups
 //! them by delivery id, skips what was delivered or is in the inbox, and
 //! asks for the newest attempt of each other event, at most `resend_limit`
 //! in any `resend_window`.
