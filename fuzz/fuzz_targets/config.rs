@@ -11,7 +11,9 @@
 //!   key of the input (`admin.token`, `sources[].secrets`,
 //!   `sources[].deliver.signing_secret`, the password of
 //!   `sources[].deliver.url`, `sources[].github_redelivery.token` and
-//!   `.private_key`, `sources[].stripe_backfill.api_key`) does not appear
+//!   `.private_key`, `sources[].stripe_backfill.api_key`,
+//!   `sources[].gitlab_redelivery.token`, `sources[].paddle_replay.api_key`,
+//!   `sources[].square_backfill.access_token`) does not appear
 //!   in the output, valid or not, unless the input also has it at a key
 //!   that is not secret.
 //!
@@ -46,25 +48,6 @@ fn setup() {
 
 fn is_reference(s: &str) -> bool {
     ["env:", "file:", "cred:"].iter().any(|p| s.starts_with(p))
-}
-
-/// Every secret reference of a parsed config, mutably.
-fn references(raw: &mut RawConfig) -> Vec<&mut String> {
-    let mut out: Vec<&mut String> = raw.admin.token.iter_mut().collect();
-    for src in &mut raw.sources {
-        out.extend(src.secrets.iter_mut());
-        if let Some(d) = &mut src.deliver {
-            out.extend(d.signing_secret.iter_mut());
-        }
-        if let Some(g) = &mut src.github_redelivery {
-            out.extend(g.token.iter_mut());
-            out.extend(g.private_key.iter_mut());
-        }
-        if let Some(s) = &mut src.stripe_backfill {
-            out.push(&mut s.api_key);
-        }
-    }
-    out
 }
 
 /// What `hookbox check` prints.
@@ -107,6 +90,9 @@ fn split_strings(table: &toml::Table, secret: &mut Vec<String>, public: &mut Vec
         ("deliver", &["signing_secret"]),
         ("github_redelivery", &["token", "private_key"]),
         ("stripe_backfill", &["api_key"]),
+        ("gitlab_redelivery", &["token"]),
+        ("paddle_replay", &["api_key"]),
+        ("square_backfill", &["access_token"]),
     ];
     for (key, value) in table {
         public.push(key.clone());
@@ -175,7 +161,7 @@ fuzz_target!(|data: &[u8]| {
     // names in the prepared directory).
     if let Ok(mut raw) = toml::from_str::<RawConfig>(text) {
         let allowed = |r: &str| !r.starts_with("file:") || r == format!("file:{DIR}/secret");
-        if !references(&mut raw).iter().all(|r| allowed(r)) {
+        if !raw.secrets_mut().iter().all(|r| allowed(r)) {
             return;
         }
     }
@@ -188,18 +174,19 @@ fuzz_target!(|data: &[u8]| {
 
     if let Ok(config) = &result {
         let mut other = config.clone();
-        for r in references(&mut other.raw) {
+        for r in other.raw.secrets_mut() {
             if !is_reference(r) {
                 *r = REPLACED.to_owned();
             }
         }
         for src in &mut other.raw.sources {
-            if let Some(url) = src.deliver.as_mut().and_then(|d| d.url.as_mut())
-                && let Ok(mut u) = url::Url::parse(url)
-                && u.password().is_some()
-                && u.set_password(Some("replaced-password")).is_ok()
-            {
-                *url = u.to_string();
+            for url in src.deliver.iter_mut().filter_map(|d| d.url.as_mut()) {
+                if let Ok(mut u) = url::Url::parse(url)
+                    && u.password().is_some()
+                    && u.set_password(Some("replaced-password")).is_ok()
+                {
+                    *url = u.to_string();
+                }
             }
         }
         assert_eq!(

@@ -43,24 +43,18 @@ fuzz_target!(|data: &[u8]| {
         .to_owned()
     });
     let raw = RawConfig {
-        sources: vec![RawSource {
-            name: "fuzz".into(),
-            kind: "hmac".into(),
-            enabled: true,
-            secrets: KEYS
+        sources: vec![{
+            // Parsed, so a field added to sources later gets its default.
+            let mut source: RawSource = toml::from_str("name = \"fuzz\"\nkind = \"hmac\"")
+                .expect("a minimal source parses");
+            source.secrets = KEYS
                 .iter()
                 .map(|k| String::from_utf8(k.to_vec()).unwrap())
-                .collect(),
-            tolerance: Some(Duration::from_secs(TOLERANCE as u64)),
-            order_key: input.setting("order_key").into_iter().collect(),
-            max_body_bytes: None,
-            hmac: Some(raw_hmac.clone()),
-            deliver: None,
-            github_redelivery: None,
-            stripe_backfill: None,
-            allow_ips: Vec::new(),
-            public_url: None,
-            verify_token: None,
+                .collect();
+            source.tolerance = Some(Duration::from_secs(TOLERANCE as u64));
+            source.order_key = input.setting("order_key").into_iter().collect();
+            source.hmac = Some(raw_hmac.clone());
+            source
         }],
         ..RawConfig::default()
     };

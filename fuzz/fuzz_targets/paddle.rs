@@ -17,7 +17,9 @@ fuzz_target!(|data: &[u8]| {
     let input = Input::parse(data);
     let body = input.body;
     let headers = input.headers(|h| {
-        let ts = first(h, "paddle-signature").and_then(ts_of).unwrap_or_default();
+        let ts = first(h, "paddle-signature")
+            .and_then(ts_of)
+            .unwrap_or_default();
         vec![ts.to_vec(), b":".to_vec(), body.to_vec()]
     });
     let paddle = Paddle::new(&hookbox_fuzz::utf8_secrets(), TOLERANCE);

@@ -24,8 +24,13 @@ fuzz_target!(|data: &[u8]| {
         let ts = first(&headers, "twitch-eventsub-message-timestamp").expect("accepted without ts");
         assert!(ts.ends_with(b"Z"), "accepted a non-UTC timestamp: {ts:?}");
         let value = first(&headers, "twitch-eventsub-message-signature").expect("no header");
-        let hex = value.strip_prefix(b"sha256=").expect("accepted without sha256=");
-        assert!(is_hex_mac(hex, &[id, ts, body]), "accepted a wrong MAC: {value:?}");
+        let hex = value
+            .strip_prefix(b"sha256=")
+            .expect("accepted without sha256=");
+        assert!(
+            is_hex_mac(hex, &[id, ts, body]),
+            "accepted a wrong MAC: {value:?}"
+        );
     }
     check_identified(twitch.identify(&req));
 });

@@ -182,7 +182,10 @@ pub fn replace(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
 /// Checks what identification returned, whatever the kind: a delivery id
 /// is 1..=256 bytes or a body hash; a handshake's answer is not empty.
 pub fn check_identified(
-    result: Result<hookbox::ingress::receive::payload::Identified, hookbox::ingress::receive::payload::IdentifyError>,
+    result: Result<
+        hookbox::ingress::receive::payload::Identified,
+        hookbox::ingress::receive::payload::IdentifyError,
+    >,
 ) {
     use hookbox::ingress::receive::payload::{Handshake, Identified, MAX_DELIVERY_ID_LEN};
     match result {

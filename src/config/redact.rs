@@ -31,8 +31,9 @@ impl Config {
 
 impl RawConfig {
     /// Every secret reference of the config (disabled sources' too), each
-    /// `env:NAME`, `file:PATH`, `cred:NAME` or a literal.
-    pub(super) fn secrets_mut(&mut self) -> Vec<&mut String> {
+    /// `env:NAME`, `file:PATH`, `cred:NAME` or a literal. Public for the
+    /// config fuzz target, which swaps every literal secret for another.
+    pub fn secrets_mut(&mut self) -> Vec<&mut String> {
         let mut found: Vec<&mut String> = Vec::new();
         found.extend(self.admin.token.as_mut());
         for alert in &mut self.alerts {
