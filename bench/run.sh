@@ -16,6 +16,7 @@
 #   SCENARIOS="outage outage_before" RUNS=3 bench/run.sh   # only them
 #   SCENARIOS="new wrk" bench/run.sh   # hookbox-loadgen and Debian's wrk on the same ingest
 #   FLOOR=1 bench/run.sh               # first what the machine allows any receiver (bench/floor.sh)
+#   BROKERS=1 SCENARIOS=deliver bench/run.sh   # deliver beside each broker kind
 #
 # Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
 # = false`: ingest without the full-text index, to compare; not in the
@@ -33,6 +34,19 @@
 # disk, a bare durable SQLite store and a bare HTTP server, without
 # hookbox, so its figures can be read against the machine's; opt-in with
 # FLOOR=1, which runs it first, or name it in SCENARIOS).
+#
+# Broker scenarios (opt-in with BROKERS=1, or name them in SCENARIOS; they
+# need nats-server, redis-server, rabbitmq-server and mosquitto):
+# deliver_nats, deliver_redis, deliver_amqp, deliver_mqtt, each as deliver
+# with the source's destination that broker kind instead of a url. The
+# load generator starts the real server on a free loopback port in a temp
+# dir (nats-server with JetStream and a file stream capturing hooks.>;
+# redis-server with appendonly yes, appendfsync always; RabbitMQ with a
+# durable topic exchange and a durable queue bound to it; Mosquitto with a
+# QoS 1 subscriber), and kills it at the end. Delivered/s (in the measured
+# window) and the drain come from the database's delivered rows, sampled
+# every 50 ms; the check: every row delivered and the broker holds exactly
+# as many messages as rows were delivered.
 #
 # Pull scenarios (a `pull` destination on the source; opt-in with PULL=1,
 # or name them in SCENARIOS): pull_latency (one consumer long-polls with
@@ -118,6 +132,9 @@ fi
 if [ "${PULL:-0}" = 1 ]; then
     SCENARIOS="$SCENARIOS pull_latency pull_listen pull_listen_ingest pull_idle"
 fi
+if [ "${BROKERS:-0}" = 1 ]; then
+    SCENARIOS="$SCENARIOS deliver_nats deliver_redis deliver_amqp deliver_mqtt"
+fi
 if [ "${OUTAGE:-0}" = 1 ]; then
     SCENARIOS="$SCENARIOS outage outage_before"
 fi
@@ -174,6 +191,8 @@ for scenario in $SCENARIOS; do
         deliver) dup=0; extra=(--deliver --drain-timeout "$DRAIN_TIMEOUT") ;;
         deliver2) dup=0; extra=(--deliver --routes --drain-timeout "$DRAIN_TIMEOUT") ;;
         deliver_idle) dup=0; extra=(--deliver --idle --drain-timeout "$DRAIN_TIMEOUT") ;;
+        deliver_nats|deliver_redis|deliver_amqp|deliver_mqtt)
+            dup=0; extra=(--deliver --broker "${scenario#deliver_}" --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_latency) dup=0; extra=(--pull latency --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_listen) dup=0; extra=(--pull listen --events "$PULL_EVENTS" --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_listen_ingest)
@@ -191,7 +210,7 @@ for scenario in $SCENARIOS; do
             else
                 extra=(--outage before "${outage[@]}")
             fi ;;
-        *) echo "unknown scenario: $scenario (use new, new_nosearch, wrk, floor, dup90, dupNN, deliver, deliver2, deliver_idle, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
+        *) echo "unknown scenario: $scenario (use new, new_nosearch, wrk, floor, dup90, dupNN, deliver, deliver2, deliver_idle, deliver_nats, deliver_redis, deliver_amqp, deliver_mqtt, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
     esac
     runs="$RUNS"
     connections="$CONNECTIONS"
@@ -275,6 +294,8 @@ DELIVER_FIGURES = [
     ("bad_signatures", "bad signatures", 0),
     ("attempts_retry", "failed attempts", 0),
     ("server_log_warnings", "server WARN/ERROR lines", 0),
+    ("broker_held", "messages the broker holds", 0),
+    ("broker_held_minus_delivered", "broker holds minus rows delivered", 0),
 ]
 # deliver2: these per destination, keyed "<name>.<key>" (see "destinations").
 LANE_FIGURES = [
@@ -469,6 +490,24 @@ def print_table(table, text_columns=1):
     for row in table:
         print("  ".join(c.ljust(w) if i < text_columns else c.rjust(w)
                         for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+
+# Broker scenarios against the url one of the same sitting: the ratio of
+# the medians (above 1: the broker kind is faster).
+brokers = [s for s in runs if s.startswith("deliver_") and s != "deliver_idle"
+           and any("broker" in r for r in runs[s])]
+if brokers and "deliver" in runs:
+    print()
+    print("-- brokers against deliver (url), medians of this sitting")
+    table = [["scenario", "delivered/s", "ratio", "drain delivered/s", "ratio", "runs"]]
+    base = {k: median_of(runs["deliver"], k) for k in ("delivered_per_sec", "drain_per_sec")}
+    for scenario in ["deliver"] + brokers:
+        rs = runs[scenario]
+        row = [scenario]
+        for k in ("delivered_per_sec", "drain_per_sec"):
+            m = median_of(rs, k)
+            row += [fmt(m, 0), f"{m / base[k]:.2f}" if m and base[k] else "-"]
+        table.append(row + [str(len(rs))])
+    print_table(table)
 
 for scenario, rs in pull.items():
     figures = PULL_FIGURES.get(rs[0].get("pull"), [])

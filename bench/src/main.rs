@@ -38,6 +38,7 @@
 //! figures, `payload` the signed request bodies, `downstream` the delivery
 //! target and `deliver` the delivery figures.
 
+mod broker;
 mod deliver;
 mod downstream;
 mod load;
@@ -133,6 +134,10 @@ struct Args {
     /// with SIGINT once the backlog drained).
     #[arg(long, requires = "deliver", conflicts_with = "routes")]
     listen: bool,
+    /// With --deliver: the destination is this broker kind instead of a
+    /// url, its real server started on loopback (see `broker`).
+    #[arg(long, value_enum, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
+    broker: Option<broker::Kind>,
     /// One connection sending one request every 20 ms (overrides
     /// --connections and --pace-ms): latency when idle.
     #[arg(long)]
@@ -230,6 +235,7 @@ impl Args {
             None if let Some(mode) = self.pull => mode.scenario().to_owned(),
             None if let Some(mode) = self.outage => mode.scenario().to_owned(),
             None if self.listen => "pull_listen_ingest".to_owned(),
+            None if let Some(kind) = self.broker => kind.scenario().to_owned(),
             None if self.routes && self.idle => "deliver2_idle".to_owned(),
             None if self.routes => "deliver2".to_owned(),
             None if self.deliver && self.idle => "deliver_idle".to_owned(),
@@ -332,6 +338,8 @@ struct Report {
     loadgen_cpu: Option<Duration>,
     /// `--deliver` runs only.
     deliver: Option<Figures>,
+    /// `--broker` runs only.
+    broker: Option<broker::progress::BrokerFigures>,
     drain_timeout: f64,
     /// `--listen` runs only: how `hookbox listen` ended after SIGINT.
     listen: Option<ListenExit>,
@@ -371,14 +379,22 @@ async fn scenario(args: Args) -> Result<bool> {
         signer
     });
     // The downstream comes first: the server's config names its port.
-    let lanes = if args.deliver {
+    let url_deliver = args.deliver && args.broker.is_none();
+    let lanes = if url_deliver {
         deliver::lanes(args.routes, nonce)
     } else {
         Vec::new()
     };
     let mut downstream = None;
     let mut deliver_to = Deliver::Nowhere;
-    if args.deliver {
+    let broker = match args.broker {
+        Some(kind) => Some(broker::Broker::start(kind).await?),
+        None => None,
+    };
+    if let Some(b) = &broker {
+        deliver_to = Deliver::Broker(b.destination());
+    }
+    if url_deliver {
         // `hookbox listen` forwards the provider's body and headers, with
         // no signature of its own.
         let check = |l: &deliver::Lane| {
@@ -419,7 +435,10 @@ async fn scenario(args: Args) -> Result<bool> {
     let peak = Arc::new(AtomicU64::new(idle_kib));
     let sampler = tokio::spawn(sample_rss(pid, Arc::clone(&peak)));
 
-    let receipts = args.deliver.then(|| Arc::new(Receipts::default()));
+    let receipts = url_deliver.then(|| Arc::new(Receipts::default()));
+    let mut delivered = broker
+        .as_ref()
+        .map(|_| broker::progress::Sampler::start(&server.database));
     let cfg = LoadConfig {
         addr: server.public,
         connections: args.connections(),
@@ -459,6 +478,16 @@ async fn scenario(args: Args) -> Result<bool> {
         ),
         _ => None,
     };
+    let broker_drain = match (&broker, &load) {
+        (Some(_), Ok(_)) => {
+            let until = ingest_end + Duration::from_secs_f64(args.drain_timeout);
+            broker::progress::wait_for_drain(&server.database, until).await
+        }
+        _ => None,
+    };
+    if let Some(d) = delivered.as_mut() {
+        d.stop();
+    }
     sampler.abort();
     if let Ok(kib) = proc_status_kib(pid, "VmRSS") {
         peak.fetch_max(kib, Ordering::Relaxed);
@@ -494,6 +523,12 @@ async fn scenario(args: Args) -> Result<bool> {
         }
         _ => None,
     };
+    let broker = match (&broker, &delivered) {
+        (Some(b), Some(d)) => {
+            Some(broker_figures(b, d, &load, ingest_end, broker_drain, &server.database).await?)
+        }
+        _ => None,
+    };
 
     let report = Report {
         scenario: args.scenario(),
@@ -514,6 +549,7 @@ async fn scenario(args: Args) -> Result<bool> {
         server_cpu,
         loadgen_cpu,
         deliver,
+        broker,
         drain_timeout: args.drain_timeout,
         listen,
         search: !args.no_search,
@@ -529,6 +565,44 @@ async fn scenario(args: Args) -> Result<bool> {
 }
 
 /// `bytes` over `rows`, rounded; none without rows.
+/// A broker run's figures: the delivered-rows samples against the
+/// measured window, the drain, the stopped server's rows and what the
+/// broker holds.
+async fn broker_figures(
+    broker: &broker::Broker,
+    delivered: &broker::progress::Sampler,
+    load: &Outcome,
+    ingest_end: Instant,
+    drained: Option<Instant>,
+    database: &std::path::Path,
+) -> Result<broker::progress::BrokerFigures> {
+    let (from, until) = load.window;
+    let secs = until.saturating_duration_since(from).as_secs_f64();
+    let in_window = delivered.at(until).saturating_sub(delivered.at(from));
+    let states = server::count_states(database)?;
+    let rows_delivered = deliver::count(&states, "delivered");
+    let rows_undelivered = states
+        .iter()
+        .filter(|(s, _)| s != "delivered")
+        .map(|(_, n)| n)
+        .sum();
+    let (attempts, _) = server::attempt_summary(database)?;
+    Ok(broker::progress::BrokerFigures {
+        kind: broker.kind.scenario(),
+        delivered_per_sec: if secs > 0.0 {
+            in_window as f64 / secs
+        } else {
+            0.0
+        },
+        backlog_at_ingest_end: load.total.accepted.saturating_sub(delivered.at(ingest_end)),
+        drain: drained.map(|t| t.saturating_duration_since(ingest_end)),
+        rows_undelivered,
+        rows_delivered,
+        held: broker.held(rows_delivered).await?,
+        attempts_retry: deliver::count(&attempts, "retry"),
+    })
+}
+
 fn per_row(bytes: i64, rows: u64) -> Option<f64> {
     (rows > 0).then(|| round(bytes as f64 / rows as f64, 0))
 }
@@ -666,6 +740,10 @@ impl Report {
             fields.extend(d.fields(self.duration, self.drain_timeout));
             d.print(self.duration, self.drain_timeout);
         }
+        if let Some(b) = &self.broker {
+            fields.extend(b.fields());
+            b.print();
+        }
         if let Some(l) = &self.listen {
             fields.push(("listen_exit_code".to_owned(), json!(l.code)));
             fields.push(("listen_cpu_pct".to_owned(), json!(l.cpu_pct())));
@@ -705,6 +783,12 @@ impl Report {
         }
         if let Some(d) = &self.deliver {
             ok &= d.check(self.drain_timeout);
+        }
+        if let Some(b) = &self.broker
+            && let Err(e) = b.check()
+        {
+            ok = false;
+            eprintln!("FAIL: {e}");
         }
         if let Some(l) = &self.listen
             && l.code != Some(0)

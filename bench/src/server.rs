@@ -94,6 +94,9 @@ impl Server {
             Deliver::Routes(routes) => toml.push_str(&routes_toml(routes)),
             Deliver::Pull(pull) => toml.push_str(&pull_toml(pull)),
             Deliver::Protected(p) => toml.push_str(&protected_toml(p)),
+            Deliver::Broker(kind) => {
+                toml.push_str(&format!("\n[sources.deliver]\n{kind}\n"));
+            }
         }
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
         let log = dir_path.join("server.log");
@@ -261,6 +264,9 @@ pub enum Deliver {
     /// the destination, on a source with an `order_key` (the outage
     /// scenario).
     Protected(Protected),
+    /// The single `[sources.deliver]` table with a broker kind: its one
+    /// line, `nats = { url = .., subject = .. }` and the like.
+    Broker(String),
 }
 
 /// A url destination with its rate and circuit breaker, and the source's
