@@ -17,7 +17,8 @@ CREATE TABLE events (
     body            BLOB,                  -- the exact bytes received; NULL once retention drops it
     state           TEXT    NOT NULL
                             CHECK (state = 'pending' OR state = 'delivered'
-                                   OR state = 'dead' OR state = 'stored'),
+                                   OR state = 'dead' OR state = 'stored'
+                                   OR state = 'skipped'),
     attempts        INTEGER NOT NULL DEFAULT 0,
     next_attempt_at INTEGER,
     lease_until     INTEGER,
@@ -29,7 +30,8 @@ CREATE TABLE events (
 -- next_attempt_at, last_error: no longer written since version 9 (dispatch
 -- is per destination, in `deliveries`); lease_until since version 8.
 -- The state CHECKs spell out `=` because an `IN` list of three or more
--- values costs a temporary b-tree per check (version 16).
+-- values costs a temporary b-tree per check (version 16); `skipped` since
+-- version 19.
 
 -- Listing a source's inbox newest first.
 CREATE INDEX events_source ON events (source, id);
@@ -46,7 +48,8 @@ CREATE TABLE deliveries (
     destination     TEXT    NOT NULL,   -- its name in the source's config
     order_key       TEXT,               -- the event's
     state           TEXT    NOT NULL
-                            CHECK (state = 'pending' OR state = 'delivered' OR state = 'dead'),
+                            CHECK (state = 'pending' OR state = 'delivered' OR state = 'dead'
+                                   OR state = 'skipped'),
     attempts        INTEGER NOT NULL DEFAULT 0,   -- finished ones; the running one is in `leases`
     next_attempt_at INTEGER,            -- NULL while held behind its key (store/dispatch.rs)
     last_error      TEXT,

@@ -6,9 +6,15 @@ use std::process::ExitCode;
 use clap::Parser as _;
 
 use hookbox::cli::{self, AlertsCommand, Cli, Command};
+use hookbox::delivery::transform;
 use hookbox::telemetry;
 
 fn main() -> ExitCode {
+    // hookbox's own transform process (`delivery::transform::child`): not
+    // a verb a person types, so not one clap lists.
+    if std::env::args_os().nth(1).as_deref() == Some(transform::child::ARG.as_ref()) {
+        return transform::child::serve();
+    }
     let Cli {
         config,
         log_format,
@@ -52,6 +58,7 @@ fn main() -> ExitCode {
             cli::report("destination", cli::destination::run(&config, cmd))
         }
         Command::Alerts(AlertsCommand::Test) => cli::alerts::test(&config),
+        Command::Try(args) => cli::trial::run(&config, args),
         // Answered above; here too so that the match says every verb.
         Command::Listen(args) => cli::listen::run(*args),
         Command::Man { out_dir } => cli::manual::man(out_dir.as_deref()),

@@ -88,6 +88,12 @@ pub enum Command {
     /// shows every destination's pauses.
     #[command(subcommand)]
     Destination(DestinationCommand),
+    /// Run DESTINATION's filter and transform over events of SOURCE
+    /// already stored, sending nothing, and print for each whether it
+    /// matches and exactly what would be sent (secrets redacted). With
+    /// --config, a destination not running yet is tried against the
+    /// database that config names. Reads the database read-only.
+    Try(TryArgs),
     /// Take events from a pull destination of a (remote) hookbox and POST
     /// each to a local URL: ack on 2xx, nack otherwise. Nothing sent while
     /// this was not running is lost: it is taken when it runs again.
@@ -198,6 +204,27 @@ pub struct ReplayArgs {
     /// Only events received before this time (as --since).
     #[arg(long, value_parser = parse_time)]
     pub until: Option<i64>,
+}
+
+/// `hookbox try`'s arguments.
+#[derive(clap::Args)]
+#[command(group = clap::ArgGroup::new("which").multiple(false))]
+pub struct TryArgs {
+    pub source: String,
+    pub destination: String,
+    /// This event (its id, as `hookbox events` lists it).
+    #[arg(long, group = "which")]
+    pub event: Option<i64>,
+    /// The newest N events of SOURCE (the default: 10).
+    #[arg(long, group = "which")]
+    pub last: Option<usize>,
+    /// Events received since this time (RFC 3339, a date, or unix ms),
+    /// at most 1000, newest first.
+    #[arg(long, group = "which", value_parser = parse_time)]
+    pub since: Option<i64>,
+    /// One JSON object per event instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `hookbox events`' flags.

@@ -11,7 +11,7 @@ use crate::store::queries;
 pub fn run(config: &Config) -> ExitCode {
     println!("# hookbox configuration from {} (valid)", config.origin);
     print!("{}", config.redacted_toml());
-    for warning in orphan_warnings(config) {
+    for warning in config.warnings().into_iter().chain(orphan_warnings(config)) {
         eprintln!("warning: {warning}");
     }
     ExitCode::SUCCESS

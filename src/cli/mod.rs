@@ -31,9 +31,10 @@ pub mod manual;
 pub mod purge;
 pub mod replay;
 pub mod serve;
+pub mod trial;
 
 pub use args::{
-    AlertsCommand, Cli, Command, DestinationCommand, EventsArgs, ListenArgs, ReplayArgs,
+    AlertsCommand, Cli, Command, DestinationCommand, EventsArgs, ListenArgs, ReplayArgs, TryArgs,
 };
 
 /// The config from `path` (or the default places), with secrets resolved

@@ -4,10 +4,12 @@
 //! A source has zero or more destinations: an array of tables, or the
 //! single table `[sources.deliver]` of earlier configs, which is one
 //! destination named `default` ([`RawDestinations`]). Each is one kind
-//! (the table of kinds is `super::destinations`): `url` (an HTTP POST
-//! signed the Standard Webhooks way with `signing_secret`), `command` (an
+//! (the table of kinds is `super::destinations`): `url` (an HTTP POST or
+//! PUT, signed the Standard Webhooks way when it has a `signing_secret`,
+//! with `headers` of the user's: [`super::url_options`]), `command` (an
 //! argv run without a shell), `pull`, or a broker (`super::broker`), with
-//! an optional filter ([`super::route`]): an event no destination matches is
+//! an optional filter ([`super::route`]) and an optional jq `transform`
+//! ([`super::transform`]): an event no destination matches is
 //! kept as `stored`, not dispatched. [`validate_all`] turns the raw tables
 //! into [`DeliverConfig`]s, resolving signing secrets to their HMAC keys,
 //! and reports every problem under the key that has it. `crate::delivery::push`
@@ -25,7 +27,8 @@ use super::broker::nats::{NatsConfig, RawNats};
 use super::broker::redis::{RawRedis, RedisConfig};
 use super::route::Filter;
 use super::secret::Secret;
-use super::{duration, limits, secret};
+use super::url_options::{self, Method, UrlOptions};
+use super::{duration, limits, secret, transform};
 
 /// The name of the one destination of a single `[sources.deliver]` table,
 /// and of every delivery a database from before routes holds.
@@ -166,6 +169,15 @@ pub struct RawDeliver {
     /// JSON pointer → a value or a list of values, any of which matches.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub when: BTreeMap<String, toml::Value>,
+    /// A jq program: what it outputs is what is sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transform: Option<String>,
+    /// A url destination's HTTP method: POST (the default) or PUT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<Method>,
+    /// A url destination's own headers: name → secret reference or literal.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 impl Default for RawDeliver {
@@ -191,6 +203,9 @@ impl Default for RawDeliver {
             breaker_probe: Duration::from_secs(30),
             events: Vec::new(),
             when: BTreeMap::new(),
+            transform: None,
+            method: None,
+            headers: BTreeMap::new(),
         }
     }
 }
@@ -222,6 +237,16 @@ impl fmt::Debug for RawDeliver {
             .field("breaker_probe", &self.breaker_probe)
             .field("events", &self.events)
             .field("when", &self.when)
+            .field("transform", &self.transform)
+            .field("method", &self.method)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k, secret::describe(v)))
+                    .collect::<BTreeMap<_, _>>(),
+            )
             .finish()
     }
 }
@@ -273,15 +298,19 @@ pub struct DeliverConfig {
     /// `None`: failures never pause the destination.
     pub breaker_failures: Option<u32>,
     pub breaker_probe: Duration,
+    /// The jq program whose output is sent instead of the body; checked
+    /// at load, compiled by whoever runs it.
+    pub transform: Option<std::sync::Arc<str>>,
 }
 
 #[derive(Clone, PartialEq, Eq)]
 pub enum Destination {
-    /// POST to an http(s) URL; `signing_key` is the HMAC key decoded from
-    /// the `whsec_` secret.
+    /// POST (or PUT) to an http(s) URL; `signing_key` is the HMAC key
+    /// decoded from the `whsec_` secret, `None`: sent unsigned.
     Url {
         url: reqwest::Url,
-        signing_key: Vec<u8>,
+        signing_key: Option<Vec<u8>>,
+        options: UrlOptions,
     },
     /// Run `argv[0]` with the rest as arguments; never empty. `template`
     /// is the same argv with its placeholders parsed.
@@ -304,10 +333,11 @@ pub enum Destination {
 impl fmt::Debug for Destination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Destination::Url { url, .. } => f
+            Destination::Url { url, options, .. } => f
                 .debug_struct("Url")
                 .field("url", &url.as_str())
                 .field("signing_key", &"[redacted]")
+                .field("options", options)
                 .finish(),
             Destination::Command { argv, .. } => {
                 f.debug_struct("Command").field("argv", argv).finish()
@@ -395,6 +425,14 @@ fn validate(
     }
     let filter = Filter::parse(&raw.events, &raw.when, at, problems);
     let destination = super::destinations::validate(raw, at, problems);
+    if raw.url.is_none() {
+        url_options::refuse(raw.method, &raw.headers, at, "this destination", problems);
+    }
+    if raw.pull.is_some() && raw.transform.is_some() {
+        problems.push(format!(
+            "{at}.transform: not for pull destinations (a consumer takes the event as received; transform it there, or use a url or command destination)"
+        ));
+    }
     limits::DELIVER_TIMEOUT.check(at, raw.timeout, problems);
     limits::DELIVER_MAX_ATTEMPTS.check(at, raw.max_attempts, problems);
     limits::DELIVER_BACKOFF_BASE.check(at, raw.backoff_base, problems);
@@ -414,6 +452,9 @@ fn validate(
                 "{at}.permanent_statuses[{j}]: {status} is not a failure status (300-599)"
             ));
         }
+    }
+    if let Some(code) = &raw.transform {
+        transform::check(code, at, problems);
     }
     let rate = raw.rate.as_deref().and_then(|r| match parse_rate(r) {
         Ok(spacing) => Some(spacing),
@@ -435,6 +476,7 @@ fn validate(
         backoff_cap: raw.backoff_cap,
         concurrency: raw.concurrency,
         permanent_statuses: raw.permanent_statuses.clone(),
+        transform: raw.transform.as_deref().map(std::sync::Arc::from),
     })
 }
 
@@ -444,12 +486,18 @@ pub(super) fn url_kind(
     at: &str,
     problems: &mut Vec<String>,
 ) -> Option<Destination> {
-    url_destination(
+    let options = url_options::validate(raw.method, &raw.headers, at, problems);
+    let (url, signing_key) = url_destination(
         raw.url.as_deref()?,
         raw.signing_secret.as_deref(),
         at,
         problems,
-    )
+    )?;
+    Some(Destination::Url {
+        url,
+        signing_key,
+        options: options?,
+    })
 }
 
 /// The `command` kind.
@@ -470,12 +518,13 @@ pub(super) fn pull_kind(
     pull_destination(raw.pull.as_ref()?, at, problems)
 }
 
+/// The URL and the signing key (`None`: unsigned) of a url destination.
 fn url_destination(
     url: &str,
     signing_secret: Option<&str>,
     at: &str,
     problems: &mut Vec<String>,
-) -> Option<Destination> {
+) -> Option<(reqwest::Url, Option<Vec<u8>>)> {
     // The URL itself stays out of messages: it may carry a password.
     let parsed = match reqwest::Url::parse(url) {
         Ok(u) if !matches!(u.scheme(), "http" | "https") => {
@@ -492,11 +541,10 @@ fn url_destination(
             None
         }
     };
+    // Without a secret the request goes unsigned (a chat webhook cannot
+    // verify one); `hookbox check` warns of it (`warnings`).
     let Some(reference) = signing_secret else {
-        problems.push(format!(
-            "{at}.signing_secret: a url destination needs one (a Standard Webhooks `whsec_` secret) so the receiver can verify hookbox"
-        ));
-        return None;
+        return parsed.map(|url| (url, None));
     };
     let key = match secret::resolve(reference) {
         Ok(s) => s.standard_key().or_else(|| {
@@ -514,10 +562,26 @@ fn url_destination(
             None
         }
     };
-    Some(Destination::Url {
-        url: parsed?,
-        signing_key: key?,
-    })
+    Some((parsed?, Some(key?)))
+}
+
+/// What `hookbox check` says of a valid destination that may not do what
+/// its user meant: a url destination without a `signing_secret`.
+pub fn warnings(raw: &RawDestinations, at: &str) -> Vec<String> {
+    raw.iter()
+        .enumerate()
+        .filter(|(_, d)| d.url.is_some() && d.signing_secret.is_none())
+        .map(|(i, d)| {
+            let name = d.name.as_deref().unwrap_or(DEFAULT_NAME);
+            let key = match raw {
+                RawDestinations::Many(_) => format!("{at}.deliver[{i}] ({name:?})"),
+                _ => format!("{at}.deliver"),
+            };
+            format!(
+                "{key}: no signing_secret, so requests go unsigned: the receiver cannot tell hookbox from anyone else who knows the URL"
+            )
+        })
+        .collect()
 }
 
 /// The most attempts a rate may allow per second (a million a minute and

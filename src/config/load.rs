@@ -49,6 +49,9 @@ pub fn load_without_secrets(path: Option<&Path>, kinds: &dyn Kinds) -> Result<Co
                 if let Some(pull) = &mut deliver.pull {
                     pull.token = PLACEHOLDER_SECRET.to_owned();
                 }
+                for value in deliver.headers.values_mut() {
+                    *value = PLACEHOLDER_SECRET.to_owned();
+                }
             }
             source.github_redelivery = None;
             source.gitlab_redelivery = None;

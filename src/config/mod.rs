@@ -45,6 +45,8 @@ mod secret;
 mod server;
 mod source;
 mod tls;
+pub mod transform;
+pub mod url_options;
 mod validate;
 
 use std::fmt;
@@ -59,6 +61,7 @@ pub use catchup::{
     RawSquareBackfill, RawStripeBackfill, SquareBackfillConfig, StripeBackfillConfig,
 };
 pub use deliver::{DEFAULT_NAME, DeliverConfig, Destination, RawDeliver, RawDestinations};
+pub use url_options::{Method, UrlOptions};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use hmac::{Encoding, Field, HmacConfig, IdFrom, PayloadPart, RawHmac};
 pub use kind::{DEFAULT_TOLERANCE, Kind, KindFacts, Kinds, PLACEHOLDER_SECRET, any_secret};
@@ -140,6 +143,19 @@ impl std::error::Error for ConfigError {}
 impl Config {
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {
         self.sources.iter().find(|s| s.name == name)
+    }
+
+    /// What `hookbox check` warns of in a valid config: settings that may
+    /// not do what their user meant (a url destination sent unsigned).
+    pub fn warnings(&self) -> Vec<String> {
+        self.raw
+            .sources
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                deliver::warnings(&s.deliver, &format!("sources[{i}] ({:?})", s.name))
+            })
+            .collect()
     }
 }
 

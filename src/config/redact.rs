@@ -50,6 +50,7 @@ impl RawConfig {
                 found.extend(deliver.redis.iter_mut().flat_map(|k| k.secrets_mut()));
                 found.extend(deliver.amqp.iter_mut().flat_map(|k| k.secrets_mut()));
                 found.extend(deliver.mqtt.iter_mut().flat_map(|k| k.secrets_mut()));
+                found.extend(deliver.headers.values_mut());
             }
             if let Some(github) = &mut source.github_redelivery {
                 found.extend(github.token.as_mut());

@@ -277,12 +277,15 @@ fn a_url_destination_gets_its_key_and_every_default() {
     ))
     .unwrap();
     let d = &config.source("github").unwrap().destinations[0];
-    let Destination::Url { url, signing_key } = &d.destination else {
+    let Destination::Url {
+        url, signing_key, ..
+    } = &d.destination
+    else {
         panic!("expected a url destination: {d:?}");
     };
     assert_eq!(url.as_str(), "http://127.0.0.1:3000/webhooks/github");
     let expected = Secret::new(WHSEC).standard_key().unwrap();
-    assert_eq!(signing_key, &expected);
+    assert_eq!(signing_key.as_ref(), Some(&expected));
     assert_eq!(d.timeout, Duration::from_secs(30));
     assert_eq!(d.max_attempts, 12);
     assert_eq!(d.backoff_base, Duration::from_secs(30));
@@ -453,8 +456,32 @@ fn each_deliver_problem_is_reported_under_its_key() {
             format!("{at}.url: not a URL"),
         ),
         (
-            r#"url = "http://a""#.into(),
-            format!("{at}.signing_secret: a url destination needs one"),
+            r#"url = "http://a", headers = { "Content-Type" = "text/x" }"#.into(),
+            format!("{at}.headers.\"Content-Type\": hookbox sets this header itself"),
+        ),
+        (
+            r#"url = "http://a", headers = { "X-Key" = "env:HOOKBOX_TEST_UNSET_HEADER" }"#.into(),
+            format!("{at}.headers.\"X-Key\" (env:HOOKBOX_TEST_UNSET_HEADER): environment variable"),
+        ),
+        (
+            r#"url = "http://a", headers = { "bad name" = "x" }"#.into(),
+            format!("{at}.headers.\"bad name\": not an HTTP header name"),
+        ),
+        (
+            r#"url = "http://a", method = "GET""#.into(),
+            "unknown variant `GET`, expected `POST` or `PUT`".into(),
+        ),
+        (
+            r#"command = ["x"], method = "PUT", headers = { A = "b" }"#.into(),
+            format!("{at}.headers: only for url destinations"),
+        ),
+        (
+            r#"command = ["x"], transform = ".a | {b: }""#.into(),
+            format!("{at}.transform: line 1, column "),
+        ),
+        (
+            r#"pull = { token = "0123456789abcdef0" }, transform = ".""#.into(),
+            format!("{at}.transform: not for pull destinations"),
         ),
         (
             r#"url = "http://a", signing_secret = "whsec_not base64!""#.into(),
@@ -510,8 +537,9 @@ fn each_deliver_problem_is_reported_under_its_key() {
 fn deliver_problems_are_all_reported_at_once() {
     let err = with_deliver(r#"url = "ftp://x", max_attempts = 0, concurrency = 0, timeout = "0s""#)
         .unwrap_err();
-    // scheme, missing signing_secret, max_attempts, concurrency, timeout
-    assert_eq!(err.problems.len(), 5, "{err}");
+    // scheme, max_attempts, concurrency, timeout (a url destination may
+    // go unsigned)
+    assert_eq!(err.problems.len(), 4, "{err}");
 }
 
 #[test]
@@ -536,6 +564,34 @@ fn redacted_output_hides_the_signing_secret_and_a_url_password() {
     assert!(!reparsed.sources[0].deliver.is_none());
     let debug = format!("{:?}", config.raw);
     assert!(!debug.contains(WHSEC), "{debug}");
+}
+
+#[test]
+fn header_values_are_secrets_redacted_in_check_and_debug_and_kept_from_commands() {
+    let config = with_deliver(
+        r#"url = "https://example.com/hook", method = "PUT", headers = { Authorization = "Bearer lit-3f9a", "X-Key" = "env:HOOKBOX_TEST_HEADER_VAR" }"#,
+    );
+    // The variable is unset: the reference names it, not a value.
+    let text = config.unwrap_err().to_string();
+    assert!(text.contains("(env:HOOKBOX_TEST_HEADER_VAR)"), "{text}");
+    let config = with_deliver(
+        r#"url = "https://example.com/hook", method = "PUT", headers = { Authorization = "Bearer lit-3f9a", "X-Key" = "env:HOME" }"#,
+    )
+    .unwrap();
+    let text = config.redacted_toml();
+    assert!(!text.contains("lit-3f9a"), "{text}");
+    assert!(text.contains("env:HOME") && text.contains(r#"method = "PUT""#), "{text}");
+    for debug in [format!("{:?}", config.raw), format!("{config:?}")] {
+        assert!(!debug.contains("lit-3f9a"), "{debug}");
+    }
+    assert!(config.secret_env().contains(&"HOME".to_owned()));
+    let Destination::Url { options, .. } = &config.sources[0].destinations[0].destination else {
+        panic!()
+    };
+    assert_eq!(options.method, crate::config::Method::Put);
+    let names: Vec<&str> = options.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["authorization", "x-key"]);
+    assert!(options.headers.iter().all(|(_, v)| v.is_sensitive()));
 }
 
 #[test]

@@ -18,7 +18,9 @@
 //!   and why not), in the same words for the admin API, the dashboard and
 //!   `hookbox replay`;
 //! * [`alarm`]: how the core tells a person of dead deliveries and
-//!   pauses, without knowing who listens.
+//!   pauses, without knowing who listens;
+//! * [`transform`]: a destination's jq program, run in processes of its
+//!   own so that no program can take hookbox down.
 //!
 //! Leases, claims and per-key order are SQL (`crate::store::deliveries`).
 //! The kinds are its two children, which the core's files never import:
@@ -33,6 +35,7 @@ pub mod pull;
 pub mod push;
 pub mod replay;
 pub mod settle;
+pub mod transform;
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -74,6 +77,8 @@ pub enum Outcome {
     },
     /// A permanent failure: park the event without retrying.
     Dead,
+    /// Nothing to send (a transform had no output): final, no attempt.
+    Skipped,
 }
 
 /// What one attempt did, for the `attempts` table and the event's state.

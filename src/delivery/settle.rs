@@ -62,6 +62,7 @@ pub fn settle(outcome: Outcome, attempt: u32, ended: Ended, rule: &Rule, now: i6
     match outcome {
         Outcome::Delivered => Settled::Delivered,
         Outcome::Dead => Settled::Dead,
+        Outcome::Skipped => Settled::Skipped,
         Outcome::Retry { .. } if ended.probe => Settled::Retry(now),
         Outcome::Retry { retry_after } => {
             after_failure(attempt, retry_after, ended.interrupted, rule, now)

@@ -71,6 +71,8 @@ impl Tally {
         let what = match r.settled {
             Settled::Delivered => Count::Delivered,
             Settled::Retry(_) | Settled::Dead => Count::Failed,
+            // Nothing was sent: neither a delivery nor a failure.
+            Settled::Skipped => return,
         };
         self.add(&r.source, r.started_at.saturating_add(r.duration_ms), what);
     }

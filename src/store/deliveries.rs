@@ -493,6 +493,8 @@ pub enum Settled {
     /// Due again at this time (unix ms).
     Retry(i64),
     Dead,
+    /// Nothing sent (a transform had no output); final, and not an attempt.
+    Skipped,
 }
 
 /// One attempt's result, as the `attempts` table keeps it.
@@ -521,23 +523,27 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
         Settled::Delivered => "delivered",
         Settled::Retry(_) => "retry",
         Settled::Dead => "dead",
+        Settled::Skipped => "skipped",
     };
-    conn.prepare_cached(
+    // A skip made no attempt: the delivery's state says it, not a row.
+    if r.settled != Settled::Skipped {
+        conn.prepare_cached(
         "INSERT INTO attempts (event_id, destination, attempt, started_at, duration_ms, outcome,
                                status_code, error)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
-    .execute(params![
-        r.event_id,
-        r.destination,
-        r.attempt,
-        r.started_at,
-        r.duration_ms,
-        outcome,
-        r.status,
-        r.error
-    ])
-    .context("recording an attempt")?;
+        .execute(params![
+            r.event_id,
+            r.destination,
+            r.attempt,
+            r.started_at,
+            r.duration_ms,
+            outcome,
+            r.status,
+            r.error
+        ])
+        .context("recording an attempt")?;
+    }
     // Only the claim that ran the attempt settles the delivery: once its
     // lease was released, or the delivery claimed again, it is others'.
     let attempt: Option<i64> = conn
@@ -552,6 +558,12 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
         Settled::Delivered => (State::Delivered, None, Some(now)),
         Settled::Retry(at) => (State::Pending, Some(at), None),
         Settled::Dead => (State::Dead, None, None),
+        Settled::Skipped => (State::Skipped, None, None),
+    };
+    let attempt = if r.settled == Settled::Skipped {
+        attempt - 1
+    } else {
+        attempt
     };
     // `Some(keyed)` when it settled.
     let settled: Option<bool> = conn
@@ -618,8 +630,8 @@ pub fn make_due(
 }
 
 /// Sets event `id`'s state from its deliveries: `pending` while any is,
-/// else `dead` if any is, else `delivered` (with `now` as when); `stored`
-/// with none. Writes only when it changes: an event row holds its body,
+/// else `dead` if any is, else `delivered` (with `now` as when) if any
+/// is, else `skipped`; `stored` with none. Writes only when it changes: an event row holds its body,
 /// and a row whose size changes is rewritten whole.
 pub fn derive_event_state(conn: &Connection, id: i64, now: i64) -> anyhow::Result<()> {
     conn.prepare_cached(
@@ -630,7 +642,9 @@ pub fn derive_event_state(conn: &Connection, id: i64, now: i64) -> anyhow::Resul
                    THEN 'pending'
                  WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 AND state = 'dead')
                    THEN 'dead'
-                 WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1) THEN 'delivered'
+                 WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 AND state = 'delivered')
+                   THEN 'delivered'
+                 WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1) THEN 'skipped'
                  ELSE 'stored' END AS state) AS s
          WHERE events.id = ?1 AND events.state != s.state",
     )?

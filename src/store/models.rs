@@ -17,14 +17,28 @@ pub enum State {
     Dead,
     /// Kept for reading through the API: no destination took it.
     Stored,
+    /// Final, nothing sent: the destination's transform gave no output.
+    /// An event is `skipped` when every delivery of it is.
+    Skipped,
 }
 
 impl State {
     /// Every state, in the order the API and the dashboard list them.
-    pub const ALL: [State; 4] = [State::Pending, State::Delivered, State::Dead, State::Stored];
+    pub const ALL: [State; 5] = [
+        State::Pending,
+        State::Delivered,
+        State::Dead,
+        State::Skipped,
+        State::Stored,
+    ];
 
     /// The states a delivery can be in: an event without any is `stored`.
-    pub const DELIVERY: [State; 3] = [State::Pending, State::Delivered, State::Dead];
+    pub const DELIVERY: [State; 4] = [
+        State::Pending,
+        State::Delivered,
+        State::Dead,
+        State::Skipped,
+    ];
 
     /// The state `text` names (as [`State::as_str`] writes it), if any.
     pub fn parse(text: &str) -> Option<State> {
@@ -37,6 +51,7 @@ impl State {
             State::Delivered => "delivered",
             State::Dead => "dead",
             State::Stored => "stored",
+            State::Skipped => "skipped",
         }
     }
 }

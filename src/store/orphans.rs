@@ -17,7 +17,7 @@ pub fn warnings(config: &Config, lanes: &[LaneCount]) -> Vec<String> {
         .iter()
         .filter(|lane| !configured(config, &lane.source, &lane.destination))
         .map(|lane| {
-            let total = lane.pending + lane.delivered + lane.dead;
+            let total = lane.pending + lane.delivered + lane.dead + lane.skipped;
             let held = match total {
                 1 => format!("1 delivery ({} pending); it is kept", lane.pending),
                 n => format!("{n} deliveries ({} pending); they are kept", lane.pending),
@@ -66,6 +66,7 @@ mod tests {
             pending,
             delivered,
             dead: 0,
+            skipped: 0,
         }
     }
 

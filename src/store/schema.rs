@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 18;
+pub const SCHEMA_VERSION: i64 = 19;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0016_state_checks.sql"),
     include_str!("migrations/0017_lease_secrets.sql"),
     include_str!("migrations/0018_catchup_ledger.sql"),
+    include_str!("migrations/0019_skipped.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -567,6 +568,53 @@ mod tests {
         let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
         assert_eq!(count("SELECT count(*) FROM events"), 3);
         assert_eq!(count("PRAGMA user_version"), SCHEMA_VERSION);
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+    }
+
+    #[test]
+    fn version_19_takes_skipped_deliveries_on_a_database_version_18_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v18.db");
+        let mut conn = Connection::open(&path).unwrap();
+        conn.execute_batch(V1).unwrap();
+        for sql in &MIGRATIONS[..17] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 18).unwrap();
+        conn.execute_batch(
+            "INSERT INTO events (id, source, delivery_id, received_at, state)
+             VALUES (1, 's', 'a', 1, 'pending'), (2, 's', 'b', 2, 'dead');
+             INSERT INTO deliveries (event_id, source, destination, state)
+             VALUES (1, 's', 'chat', 'pending'), (2, 's', 'chat', 'dead');",
+        )
+        .unwrap();
+        // Version 18 refuses the state; a reader opened now keeps its
+        // schema until told to read it again.
+        let skip = |c: &Connection| {
+            c.execute("UPDATE deliveries SET state = 'skipped' WHERE event_id = 1", [])
+                .and_then(|_| c.execute("UPDATE events SET state = 'skipped' WHERE id = 1", []))
+        };
+        assert!(skip(&conn).unwrap_err().to_string().contains("CHECK"));
+        let other = Connection::open(&path).unwrap();
+
+        apply(&mut conn).unwrap();
+
+        skip(&other).unwrap();
+        let rows: Vec<(i64, String)> = conn
+            .prepare("SELECT event_id, state FROM deliveries ORDER BY event_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(rows, [(1, "skipped".into()), (2, "dead".into())]);
+        let bad = conn
+            .execute("UPDATE deliveries SET state = 'sent' WHERE event_id = 2", [])
+            .unwrap_err();
+        assert!(bad.to_string().contains("CHECK constraint failed"), "{bad}");
         let check: String = conn
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();

@@ -221,7 +221,7 @@ impl Metrics {
         let attempts = Family::<AttemptLabels, Counter>::default();
         registry.register(
             "dispatch_attempts",
-            "Delivery attempts by how they left the event (delivered, retry, dead)",
+            "Delivery attempts by how they left the event (delivered, retry, dead; skipped: a transform gave nothing to send)",
             attempts.clone(),
         );
         let dispatch_seconds: HistogramFamily<LaneLabels> =
@@ -348,6 +348,7 @@ impl Metrics {
             delivered: attempts("delivered"),
             retry: attempts("retry"),
             dead: attempts("dead"),
+            skipped: attempts("skipped"),
             latency: self.dispatch_seconds.get_or_create_owned(&lane),
             paused: self.paused.get_or_create_owned(&lane),
         }
@@ -493,6 +494,7 @@ pub struct LaneMetrics {
     delivered: Counter,
     retry: Counter,
     dead: Counter,
+    skipped: Counter,
     latency: Histogram,
     paused: Gauge,
 }
@@ -503,6 +505,8 @@ pub enum AttemptOutcome {
     Delivered,
     Retry,
     Dead,
+    /// A transform gave nothing to send.
+    Skipped,
 }
 
 impl LaneMetrics {
@@ -511,6 +515,7 @@ impl LaneMetrics {
             AttemptOutcome::Delivered => self.delivered.inc(),
             AttemptOutcome::Retry => self.retry.inc(),
             AttemptOutcome::Dead => self.dead.inc(),
+            AttemptOutcome::Skipped => self.skipped.inc(),
         };
         self.latency.observe(took.as_secs_f64());
     }

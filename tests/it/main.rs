@@ -54,6 +54,7 @@ mod soak;
 mod storage;
 mod systemd;
 mod tls;
+mod transform;
 mod unsigned_ids;
 mod upgrade;
 mod uploads;

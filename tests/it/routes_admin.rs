@@ -508,7 +508,7 @@ async fn stats_and_metrics_count_each_destination_and_name_those_gone_from_the_c
     let d = &github["destinations"];
     assert_eq!(
         d["chat"],
-        json!({"pending": 0, "delivered": 0, "dead": 2, "oldest_pending_at": null, "configured": true,
+        json!({"pending": 0, "delivered": 0, "dead": 2, "skipped": 0, "oldest_pending_at": null, "configured": true,
                "status": OPEN.clone(), "kind": "url", "target": "http://127.0.0.1"})
     );
     assert_eq!(
@@ -518,7 +518,7 @@ async fn stats_and_metrics_count_each_destination_and_name_those_gone_from_the_c
     // Configured and never used: listed at zero.
     assert_eq!(
         d["deploy"],
-        json!({"pending": 0, "delivered": 0, "dead": 0, "oldest_pending_at": null, "configured": true,
+        json!({"pending": 0, "delivered": 0, "dead": 0, "skipped": 0, "oldest_pending_at": null, "configured": true,
                "status": OPEN.clone(), "kind": "url", "target": "http://127.0.0.1"})
     );
     let metrics = app.admin_get("/metrics").await.text().await.unwrap();

@@ -63,6 +63,7 @@ const NOT_SECRET: &[&str] = &[
     "sources.deliver.nats.subject",
     "sources.deliver.rate",
     "sources.deliver.redis.stream",
+    "sources.deliver.transform",
     "sources.deliver.url",
     "sources.github_redelivery.api_url",
     "sources.github_redelivery.app_id",

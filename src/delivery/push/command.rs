@@ -99,12 +99,7 @@ impl CommandDestination {
 
     async fn run(&self, job: &Job, deadline: Instant) -> (Outcome, Option<String>) {
         let retry = Outcome::Retry { retry_after: None };
-        let argv = self.argv.render(&Event {
-            source: &job.source,
-            delivery_id: &job.delivery_id,
-            event_type: job.event_type.as_deref(),
-            body: &job.body,
-        });
+        let argv = argv(&self.argv, job);
         let Some((program, args)) = argv.split_first() else {
             return (retry, Some("no program to run".to_owned()));
         };
@@ -118,15 +113,7 @@ impl CommandDestination {
         }
         let spawned = command
             .args(args)
-            .env("HOOKBOX_SOURCE", &job.source)
-            .env("HOOKBOX_DESTINATION", &job.destination)
-            .env(
-                "HOOKBOX_EVENT_TYPE",
-                job.event_type.as_deref().unwrap_or(""),
-            )
-            .env("HOOKBOX_DELIVERY_ID", &job.delivery_id)
-            .env("HOOKBOX_EVENT_ID", job.event_id.to_string())
-            .env("HOOKBOX_ATTEMPT", job.attempt.to_string())
+            .envs(event_env(job))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -254,6 +241,32 @@ impl Drop for GroupGuard {
 
 /// Writes the body and closes stdin. A child that exits without reading
 /// makes this fail with a broken pipe, which is its business, not an error.
+/// The argv `template` makes for `job` (its placeholders read the body
+/// as it is sent: a transform's output, when there is one).
+pub fn argv(template: &Template, job: &Job) -> Vec<String> {
+    template.render(&Event {
+        source: &job.source,
+        delivery_id: &job.delivery_id,
+        event_type: job.event_type.as_deref(),
+        body: &job.body,
+    })
+}
+
+/// The variables that describe `job`'s event to the command.
+pub fn event_env(job: &Job) -> [(&'static str, String); 6] {
+    [
+        ("HOOKBOX_SOURCE", job.source.clone()),
+        ("HOOKBOX_DESTINATION", job.destination.clone()),
+        (
+            "HOOKBOX_EVENT_TYPE",
+            job.event_type.clone().unwrap_or_default(),
+        ),
+        ("HOOKBOX_DELIVERY_ID", job.delivery_id.clone()),
+        ("HOOKBOX_EVENT_ID", job.event_id.to_string()),
+        ("HOOKBOX_ATTEMPT", job.attempt.to_string()),
+    ]
+}
+
 async fn feed(stdin: Option<ChildStdin>, body: &[u8]) {
     if let Some(mut stdin) = stdin {
         let _ = stdin.write_all(body).await;

@@ -15,6 +15,7 @@
 pub mod broker;
 pub mod command;
 pub mod sign;
+pub mod trial;
 pub mod url;
 pub mod worker;
 
@@ -38,13 +39,17 @@ pub struct Shared {
 /// config, and its arm here.
 pub fn destination(config: &DeliverConfig, shared: &Shared) -> Option<Arc<dyn Destination>> {
     Some(match &config.destination {
-        config::Destination::Url { url, signing_key } => Arc::new(url::UrlDestination::new(
+        config::Destination::Url {
+            url,
+            signing_key,
+            options,
+        } => Arc::new(url::UrlDestination::new(
             shared.client.clone(),
             url.clone(),
             signing_key.clone(),
             config.timeout,
             config.permanent_statuses.clone(),
-        )),
+        ).with_options(options.clone())),
         config::Destination::Command { template, .. } => {
             Arc::new(command::CommandDestination::new(
                 template.clone(),

@@ -1,12 +1,15 @@
-//! `deliver.url`: POST the stored event to the user's endpoint.
+//! `deliver.url`: POST (or PUT, `deliver.method`) the stored event to the
+//! user's endpoint.
 //!
-//! The request carries the body byte for byte with its stored content type,
-//! the provider headers that name the event ([`FORWARD_HEADERS`]), hookbox's
+//! The request carries the body byte for byte with its stored content type
+//! (or a transform's output, `application/json` or `text/plain`), the
+//! provider headers that name the event ([`FORWARD_HEADERS`]), hookbox's
 //! own `x-hookbox-source`, `x-hookbox-event-id`, `x-hookbox-delivery-id`,
-//! `x-hookbox-event-type` (when known) and `x-hookbox-attempt`, and Standard
+//! `x-hookbox-event-type` (when known) and `x-hookbox-attempt`, Standard
 //! Webhooks headers (`webhook-id`, `webhook-timestamp` = now,
 //! `webhook-signature`) signed with `deliver.signing_secret` (see
-//! [`super::sign`]). Outbound proxies follow reqwest's defaults
+//! [`super::sign`]) when there is one, and the destination's own
+//! `headers`, last. Outbound proxies follow reqwest's defaults
 //! (`HTTPS_PROXY`, `NO_PROXY`, ... in the environment).
 //!
 //! How a response is judged:
@@ -31,6 +34,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION
 use reqwest::{Client, Response, Url};
 
 use super::sign;
+use crate::config::{Method, UrlOptions};
 use crate::delivery::{Attempt, Destination, Job, Outcome};
 use crate::support::clock;
 use crate::support::excerpt::{self, BYTES_MAX};
@@ -63,9 +67,11 @@ const SIGN_INLINE_MAX: usize = 64 * 1024;
 pub struct UrlDestination {
     client: Client,
     url: Url,
-    signing_key: Vec<u8>,
+    /// `None`: requests go unsigned.
+    signing_key: Option<Vec<u8>>,
     timeout: Duration,
     permanent_statuses: Vec<u16>,
+    options: UrlOptions,
 }
 
 impl Destination for UrlDestination {
@@ -79,7 +85,7 @@ impl UrlDestination {
     pub fn new(
         client: Client,
         url: Url,
-        signing_key: Vec<u8>,
+        signing_key: Option<Vec<u8>>,
         timeout: Duration,
         permanent_statuses: Vec<u16>,
     ) -> Self {
@@ -89,7 +95,14 @@ impl UrlDestination {
             signing_key,
             timeout,
             permanent_statuses,
+            options: UrlOptions::default(),
         }
+    }
+
+    /// With the destination's `method` and `headers`.
+    pub fn with_options(mut self, options: UrlOptions) -> Self {
+        self.options = options;
+        self
     }
 
     /// One attempt. Never fails: every problem is an [`Attempt`] to record.
@@ -108,17 +121,26 @@ impl UrlDestination {
                 };
             }
         };
-        let headers = request_headers(job, &msg_id, timestamp, &signature);
+        let timestamp = timestamp.to_string();
+        let signed = signature.as_deref().map(|s| (msg_id.as_str(), timestamp.as_str(), s));
+        let mut headers = request_headers(job, signed);
+        for (name, value) in &self.options.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        let method = match self.options.method {
+            Method::Post => reqwest::Method::POST,
+            Method::Put => reqwest::Method::PUT,
+        };
         let sent = self
             .client
-            .post(self.url.clone())
+            .request(method, self.url.clone())
             .headers(headers)
             .timeout(self.timeout)
             .body(job.body.clone())
             .send()
             .await;
         let (outcome, status, error) = match sent {
-            Ok(response) => self.judge(response, &signature).await,
+            Ok(response) => self.judge(response, signature.as_deref()).await,
             Err(e) => (
                 Outcome::Retry { retry_after: None },
                 None,
@@ -142,18 +164,23 @@ impl UrlDestination {
         msg_id: &str,
         timestamp: i64,
         body: &Bytes,
-    ) -> Result<String, tokio::task::JoinError> {
+    ) -> Result<Option<String>, tokio::task::JoinError> {
+        let Some(key) = &self.signing_key else {
+            return Ok(None);
+        };
         if body.len() <= SIGN_INLINE_MAX {
-            return Ok(sign::signature(&self.signing_key, msg_id, timestamp, body));
+            return Ok(Some(sign::signature(key, msg_id, timestamp, body)));
         }
-        let (key, msg_id, body) = (self.signing_key.clone(), msg_id.to_owned(), body.clone());
-        tokio::task::spawn_blocking(move || sign::signature(&key, &msg_id, timestamp, &body)).await
+        let (key, msg_id, body) = (key.clone(), msg_id.to_owned(), body.clone());
+        tokio::task::spawn_blocking(move || sign::signature(&key, &msg_id, timestamp, &body))
+            .await
+            .map(Some)
     }
 
     async fn judge(
         &self,
         mut response: Response,
-        signature: &str,
+        signature: Option<&str>,
     ) -> (Outcome, Option<u16>, Option<String>) {
         let status = response.status();
         let code = status.as_u16();
@@ -185,13 +212,34 @@ impl UrlDestination {
             text.push_str(": ");
             text.push_str(&String::from_utf8_lossy(&body));
         }
-        (outcome, Some(code), Some(scrubbed(&text, signature)))
+        (outcome, Some(code), Some(self.scrubbed(&text, signature)))
+    }
+
+    /// The excerpt of `text` with our signature and the values of our
+    /// own headers removed, in case the endpoint echoed the request back.
+    fn scrubbed(&self, text: &str, signature: Option<&str>) -> String {
+        let mut text = match signature {
+            Some(signature) => {
+                text.replace(signature.trim_start_matches("v1,"), "[signature]")
+            }
+            None => text.to_owned(),
+        };
+        for (_, value) in &self.options.headers {
+            if let Ok(value) = value.to_str()
+                && !value.is_empty()
+            {
+                text = text.replace(value, "[redacted]");
+            }
+        }
+        excerpt::bytes(text.as_bytes())
     }
 }
 
 /// The outgoing headers: forwarded provider headers first, then hookbox's,
 /// which win over any stored header of the same name.
-fn request_headers(job: &Job, msg_id: &str, timestamp: i64, signature: &str) -> HeaderMap {
+/// `signed`: the `webhook-id`, `webhook-timestamp` and `webhook-signature`
+/// of a signed request.
+fn request_headers(job: &Job, signed: Option<(&str, &str, &str)>) -> HeaderMap {
     let mut headers = HeaderMap::new();
     for name in FORWARD_HEADERS {
         if let Some(value) = job.headers.get(*name).and_then(|v| v.as_str())
@@ -208,9 +256,11 @@ fn request_headers(job: &Job, msg_id: &str, timestamp: i64, signature: &str) -> 
     if let Some(ct) = &job.content_type {
         set(CONTENT_TYPE.as_str(), ct);
     }
-    set("webhook-id", msg_id);
-    set("webhook-timestamp", &timestamp.to_string());
-    set("webhook-signature", signature);
+    if let Some((msg_id, timestamp, signature)) = signed {
+        set("webhook-id", msg_id);
+        set("webhook-timestamp", timestamp);
+        set("webhook-signature", signature);
+    }
     set("x-hookbox-source", &job.source);
     set("x-hookbox-event-id", &job.event_id.to_string());
     set("x-hookbox-delivery-id", &job.delivery_id);
@@ -219,6 +269,34 @@ fn request_headers(job: &Job, msg_id: &str, timestamp: i64, signature: &str) -> 
         set("x-hookbox-event-type", event_type);
     }
     headers
+}
+
+/// The method, URL and headers a request of a destination to `url`
+/// (signed or not, with `options`) carries for `job`, as `hookbox try`
+/// shows them: built by the code that sends, with the signature and time
+/// (made at sending) and the destination's own header values (secrets)
+/// as placeholders, and a password in the URL redacted.
+pub fn preview(
+    url: &Url,
+    signed: bool,
+    options: &UrlOptions,
+    job: &Job,
+) -> (&'static str, String, Vec<(String, String)>) {
+    let msg_id = sign::message_id(&job.source, &job.delivery_id);
+    let signed = signed.then_some((msg_id.as_str(), "[the time of sending]", "[signed when sent]"));
+    let mut headers = request_headers(job, signed);
+    for (name, _) in &options.headers {
+        headers.insert(name.clone(), HeaderValue::from_static("[redacted]"));
+    }
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(Some("redacted"));
+    }
+    let headers = headers
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    (options.method.as_str(), url.to_string(), headers)
 }
 
 /// Up to [`BYTES_MAX`] bytes of the body; the rest is never read. A body
@@ -269,12 +347,6 @@ fn describe_error(e: reqwest::Error, timeout: Duration) -> String {
     excerpt::bytes(text.as_bytes())
 }
 
-/// The excerpt of `text` with our signature removed, in case the endpoint
-/// echoed the request headers back.
-fn scrubbed(text: &str, signature: &str) -> String {
-    let mac = signature.trim_start_matches("v1,");
-    excerpt::bytes(text.replace(mac, "[signature]").as_bytes())
-}
 
 #[cfg(test)]
 mod tests;

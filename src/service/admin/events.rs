@@ -284,13 +284,13 @@ pub struct ReplayBody {
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum TimeArg {
+pub(super) enum TimeArg {
     Millis(i64),
     Text(String),
 }
 
 impl TimeArg {
-    fn millis(&self, key: &str) -> Result<i64, ApiError> {
+    pub(super) fn millis(&self, key: &str) -> Result<i64, ApiError> {
         match self {
             TimeArg::Millis(ms) => Ok(*ms),
             TimeArg::Text(text) => parse_time(key, text),

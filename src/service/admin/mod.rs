@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod rejections;
 pub mod stats;
 pub mod token;
+pub mod trial;
 
 use std::sync::Arc;
 
@@ -178,6 +179,7 @@ pub fn router(state: AdminState, token: &Secret) -> Router {
         .route("/api/events/{id}", get(events::show))
         .route("/api/events/{id}/replay", post(events::replay_one))
         .route("/api/replay", post(events::replay_many))
+        .route("/api/try", post(trial::try_destination))
         .route("/api/stats", get(stats::stats))
         .route(
             "/api/destinations/{source}/{name}/pause",

@@ -25,12 +25,14 @@ use super::models::State;
 use super::search::SearchQuery;
 
 mod stats;
+mod trial;
 
 pub use stats::{
     CatchupRun, DestinationStats, Known, LaneCount, MetricsSnapshot, SourceStats, catchup_runs,
     lane_counts, last_catchup_runs, metrics_snapshot, oldest_pending, pending_per_lane,
     source_stats,
 };
+pub use trial::{MAX_TRIED, StoredEvent, Which, events_to_try};
 
 /// Which events to list, newest first.
 #[derive(Debug, Clone, Default)]

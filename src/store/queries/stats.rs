@@ -27,6 +27,8 @@ pub struct DestinationStats {
     pub pending: i64,
     pub delivered: i64,
     pub dead: i64,
+    /// Final without a send: the destination's transform gave no output.
+    pub skipped: i64,
     /// When the event of its oldest pending delivery arrived (unix ms).
     pub oldest_pending_at: Option<i64>,
     /// Whether the source's config still names it; one that does not is
@@ -87,7 +89,8 @@ pub fn source_stats(
             .destinations
             .entry(lane.destination)
             .or_default();
-        (d.pending, d.delivered, d.dead) = (lane.pending, lane.delivered, lane.dead);
+        (d.pending, d.delivered, d.dead, d.skipped) =
+            (lane.pending, lane.delivered, lane.dead, lane.skipped);
     }
     for (source, destination, _, oldest) in pending_by_lane(conn)? {
         entry(&mut by_source, &source)
@@ -154,6 +157,7 @@ pub struct LaneCount {
     pub pending: i64,
     pub delivered: i64,
     pub dead: i64,
+    pub skipped: i64,
 }
 
 /// Deliveries per (source, destination) and state. Reads the whole
@@ -163,7 +167,8 @@ pub struct LaneCount {
 pub fn lane_counts(conn: &Connection) -> anyhow::Result<Vec<LaneCount>> {
     conn.prepare_cached(
         "SELECT source, destination,
-                sum(state = 'pending'), sum(state = 'delivered'), sum(state = 'dead')
+                sum(state = 'pending'), sum(state = 'delivered'), sum(state = 'dead'),
+                sum(state = 'skipped')
          FROM deliveries GROUP BY source, destination ORDER BY source, destination",
     )?
     .query_map([], |r| {
@@ -173,6 +178,7 @@ pub fn lane_counts(conn: &Connection) -> anyhow::Result<Vec<LaneCount>> {
             pending: r.get(2)?,
             delivered: r.get(3)?,
             dead: r.get(4)?,
+            skipped: r.get(5)?,
         })
     })?
     .collect::<rusqlite::Result<Vec<_>>>()
@@ -366,6 +372,7 @@ mod tests {
                 pending: 1,
                 delivered: 1,
                 dead: 1,
+                skipped: 0,
                 oldest_pending_at: Some(1_000),
                 configured: true,
             }
@@ -410,6 +417,7 @@ mod tests {
                 pending: 1,
                 delivered: 1,
                 dead: 1,
+                skipped: 0,
             }
         );
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::net::TcpListener;
@@ -93,6 +93,7 @@ pub type Script = Arc<dyn Fn(&str, usize) -> Reply + Send + Sync>;
 #[derive(Debug, Clone)]
 pub struct Hit {
     pub at: Instant,
+    pub method: Method,
     pub headers: HeaderMap,
     pub body: Bytes,
     /// What the script answered.
@@ -223,7 +224,12 @@ impl Drop for InFlight<'_> {
     }
 }
 
-async fn record(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn record(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let at = Instant::now();
     let _in_flight = InFlight::enter(&shared);
     let reply = {
@@ -242,6 +248,7 @@ async fn record(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
         let reply = script(&delivery, nth);
         hits.push(Hit {
             at,
+            method,
             headers,
             body,
             status: reply.status,

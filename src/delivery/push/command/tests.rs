@@ -16,6 +16,7 @@ fn job(body: impl Into<Bytes>) -> Job {
         source: "stripe".into(),
         destination: "default".into(),
         delivery_id: "evt_1NG8Du2eZvKYlo2CUI79vXWy".into(),
+        received_at: 1_700_000_000_000,
         event_type: Some("invoice.paid".into()),
         received_at: 1_700_000_000_000,
         content_type: Some("application/json".into()),

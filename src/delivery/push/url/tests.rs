@@ -93,7 +93,7 @@ fn destination(addr: SocketAddr, path: &str, timeout: Duration) -> UrlDestinatio
     UrlDestination::new(
         client().unwrap(),
         Url::parse(&format!("http://{addr}{path}")).unwrap(),
-        Secret::new(SECRET).standard_key().unwrap(),
+        Secret::new(SECRET).standard_key(),
         timeout,
         PERMANENT.to_vec(),
     )
@@ -111,6 +111,7 @@ fn job(body: &'static [u8]) -> Job {
         source: "github".into(),
         destination: "default".into(),
         delivery_id: "72d3162e-cc78-11e3-81ab-4c9367dc0958".into(),
+        received_at: 1_700_000_000_000,
         event_type: Some("push".into()),
         received_at: 1_700_000_000_000,
         content_type: Some("application/x-www-form-urlencoded".into()),

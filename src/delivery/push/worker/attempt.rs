@@ -1,6 +1,10 @@
-//! One attempt: read the body, deliver, settle the outcome (delivered, a
-//! retry after backoff, or dead), count it, log it, and record it through
-//! the writer.
+//! One attempt: read the body, run the destination's transform if it has
+//! one, deliver, settle the outcome (delivered, a retry after backoff, or
+//! dead), count it, log it, and record it through the writer.
+//!
+//! A transform with no output settles the delivery `skipped`, and one that
+//! fails settles it `dead` with the reason: either way the destination is
+//! not contacted, so its breaker hears nothing of it.
 //!
 //! A command still running when the shutdown grace ends (the dispatcher's
 //! `stop`) is interrupted: its future is dropped, which SIGKILLs the
@@ -16,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::{BODY_READ_PAUSE, Dispatcher, Done};
 use crate::delivery::breaker::Verdict;
 use crate::delivery::settle::{Ended, Rule, settle};
+use crate::delivery::transform::{Applied, Transform};
 use crate::delivery::{Attempt, Destination, Job, Outcome};
 use crate::store::deliveries::{
     self, AttemptRecord, Claimed, INTERRUPTED, Record, Release, Settled,
@@ -38,6 +43,7 @@ impl Dispatcher {
         let source = lane.source.clone();
         let destination = lane.config.name.clone();
         let deliverer = lane.destination.clone();
+        let transform = lane.transform.clone();
         let config = lane.config.clone();
         let metrics = lane.metrics.clone();
         let writer = self.writer.clone();
@@ -47,13 +53,17 @@ impl Dispatcher {
         async move {
             let lease = claimed.lease();
             let started_at = clock::now_ms();
-            let (job, attempt, interrupted) = run(
+            let Ran {
+                job,
+                attempt,
+                interrupted,
+                contacted,
+            } = run(
                 claimed,
-                source,
-                destination,
+                (source, destination),
                 &store,
                 &writer,
-                &*deliverer,
+                (&*deliverer, transform.as_ref()),
                 &stop,
             )
             .await?;
@@ -65,6 +75,7 @@ impl Dispatcher {
                 Settled::Delivered => AttemptOutcome::Delivered,
                 Settled::Retry(_) => AttemptOutcome::Retry,
                 Settled::Dead => AttemptOutcome::Dead,
+                Settled::Skipped => AttemptOutcome::Skipped,
             };
             metrics.attempt(outcome, attempt.duration);
             let record = AttemptRecord {
@@ -97,33 +108,71 @@ impl Dispatcher {
                 }
             }
             // Stopping: no breaker to tell, and hookbox failed, not the
-            // destination.
-            (!interrupted).then(|| verdict(attempt.outcome, attempt.status))
+            // destination; nor when the destination was never contacted.
+            (!interrupted && contacted).then(|| verdict(attempt.outcome, attempt.status))
         }
     }
 }
 
-/// Reads the event's body and makes the attempt; `None` when there was
-/// none to make (nothing to record). `true` with an attempt `stop` cut
-/// short.
+/// What [`run`] did: the job (its body dropped), the attempt, whether
+/// `stop` cut it short, and whether the destination was contacted at all
+/// (not when a transform skipped or failed).
+struct Ran {
+    job: Job,
+    attempt: Attempt,
+    interrupted: bool,
+    contacted: bool,
+}
+
+/// Reads the event's body, transforms it, and makes the attempt; `None`
+/// when there was none to make (nothing to record).
 async fn run(
     claimed: Claimed,
-    source: String,
-    destination: String,
+    (source, destination): (String, String),
     store: &Store,
     writer: &WriterHandle,
-    deliverer: &dyn Destination,
+    (deliverer, transform): (&dyn Destination, Option<&Transform>),
     stop: &CancellationToken,
-) -> Option<(Job, Attempt, bool)> {
+) -> Option<Ran> {
     let id = claimed.event_id;
     let body = store.read(move |conn| deliveries::body(conn, id)).await;
     match body {
         Ok(Some(body)) => {
             let mut job = job(claimed, source, destination, body);
-            let (attempt, interrupted) = deliver(deliverer, &job, stop).await;
+            let started = std::time::Instant::now();
+            let refused = |outcome, error| Attempt {
+                outcome,
+                status: None,
+                duration: started.elapsed(),
+                error,
+            };
+            let mut contacted = true;
+            let (attempt, interrupted) = match transform {
+                Some(t) => match t.apply(&job).await {
+                    Applied::Send { body, content_type } => {
+                        job.body = body;
+                        job.content_type = Some(content_type.to_owned());
+                        deliver(deliverer, &job, stop).await
+                    }
+                    Applied::Skip => {
+                        contacted = false;
+                        (refused(Outcome::Skipped, None), false)
+                    }
+                    Applied::Fail(why) => {
+                        contacted = false;
+                        (refused(Outcome::Dead, Some(why)), false)
+                    }
+                },
+                None => deliver(deliverer, &job, stop).await,
+            };
             // Not kept while the outcome waits for room in the writer's queue.
             job.body = bytes::Bytes::new();
-            Some((job, attempt, interrupted))
+            Some(Ran {
+                job,
+                attempt,
+                interrupted,
+                contacted,
+            })
         }
         Ok(None) => {
             tracing::warn!(event.id = id, "the event was deleted before its attempt");
@@ -181,6 +230,8 @@ fn verdict(outcome: Outcome, status: Option<u16>) -> Verdict {
     match outcome {
         Outcome::Delivered => Verdict::Delivered,
         Outcome::Dead => Verdict::Refused,
+        // Not reached: a skip never contacts the destination.
+        Outcome::Skipped => Verdict::Delivered,
         Outcome::Retry { retry_after } => Verdict::Failed {
             pause_for: retry_after.filter(|_| matches!(status, Some(429 | 503))),
         },
@@ -219,6 +270,10 @@ fn log_attempt(job: &Job, attempt: &Attempt, settled: Settled) {
             source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,
             retry_in_ms = at - clock::now_ms(), error = attempt.error.as_deref().unwrap_or(""),
             "attempt failed; will retry"
+        ),
+        Settled::Skipped => tracing::debug!(
+            source = %job.source, destination = %job.destination, event.id = job.event_id,
+            "skipped: the transform gave nothing to send"
         ),
         Settled::Dead => tracing::warn!(
             source = %job.source, destination = %job.destination, event.id = job.event_id, attempt = job.attempt, status, duration_ms,

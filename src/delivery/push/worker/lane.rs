@@ -9,6 +9,7 @@ use super::PREFETCH;
 use crate::config::DeliverConfig;
 use crate::delivery::Destination;
 use crate::delivery::breaker::Breaker;
+use crate::delivery::transform::Transform;
 use crate::store::deliveries::{ClaimFrom, Claimed, OnFailure};
 use crate::telemetry::metrics::LaneMetrics;
 
@@ -19,6 +20,8 @@ pub(super) struct Lane {
     pub(super) config: DeliverConfig,
     /// What makes its attempts (`crate::delivery::push::destination`).
     pub(super) destination: Arc<dyn Destination>,
+    /// The destination's `transform`, run before each attempt.
+    pub(super) transform: Option<Transform>,
     pub(super) queued: VecDeque<Claimed>,
     pub(super) in_flight: usize,
     pub(super) metrics: LaneMetrics,

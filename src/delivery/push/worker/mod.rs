@@ -57,6 +57,7 @@ use crate::delivery::alarm::Alarm;
 use crate::delivery::board::Board;
 use crate::delivery::breaker::{Breaker, May, Verdict};
 use crate::delivery::settle::Rule;
+use crate::delivery::transform;
 use crate::store::deliveries::{Claim, Claims, Release};
 use crate::store::deliveries::{ClaimFrom, Claimed, Lease};
 use crate::store::pauses::PauseOp;
@@ -138,14 +139,21 @@ impl Dispatcher {
             client: super::url::client().context("building the HTTP client for deliveries")?,
             withheld: config.secret_env().into(),
         };
-        let mut lanes: Vec<Lane> = config
+        let pairs: Vec<_> = config
             .sources
             .iter()
             .flat_map(|s| s.destinations.iter().map(move |d| (s, d)))
-            .filter_map(|(source, cfg)| {
+            .collect();
+        let transforms = transform::for_destinations(pairs.iter().map(|(_, d)| *d))
+            .context("preparing the transform processes")?;
+        let mut lanes: Vec<Lane> = pairs
+            .into_iter()
+            .zip(transforms)
+            .filter_map(|((source, cfg), transform)| {
                 Some(Lane {
                     source: source.name.clone(),
                     destination: super::destination(cfg, &shared)?,
+                    transform,
                     metrics: metrics.lane(&source.name, &cfg.name),
                     config: cfg.clone(),
                     queued: VecDeque::new(),

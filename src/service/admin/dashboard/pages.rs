@@ -84,7 +84,7 @@ pub(super) async fn overview(
                                     st.admin.board.get(&s.source, name), now, &session.csrf))
                             }
                         }
-                        @for (state, n) in [(models::State::Pending, d.pending), (models::State::Delivered, d.delivered), (models::State::Dead, d.dead)] {
+                        @for (state, n) in [(models::State::Pending, d.pending), (models::State::Delivered, d.delivered), (models::State::Dead, d.dead), (models::State::Skipped, d.skipped)] {
                             td.n {
                                 a href=(link(
                                     if state == models::State::Dead { "/dead" } else { "/events" },

@@ -1,0 +1,68 @@
+//! The transform process: `hookbox` started by hookbox itself with the
+//! hidden first argument [`ARG`], which compiles the programs it is sent
+//! and then answers one request at a time until its stdin closes.
+//!
+//! Whatever a program does to this process (a stack overflow from
+//! runaway recursion, memory past [`MEMORY_LIMIT`], a loop) ends this
+//! process only; hookbox sees the pipe close or its time bound pass,
+//! fails that delivery and starts another process ([`super::pool`]).
+
+use std::io::{BufReader, BufWriter};
+use std::process::ExitCode;
+
+use super::eval::{self, Reply};
+use super::frame;
+use crate::config::transform::{Filter, compile};
+
+/// The first argument that makes `hookbox` a transform process.
+pub const ARG: &str = "__transform";
+
+/// The address space a transform process may take: far more than any
+/// payload needs, short of what a runaway `[range(1e10)]` would eat of
+/// the machine before its time bound.
+pub const MEMORY_LIMIT: u64 = 1 << 30;
+
+/// Runs the transform process on stdin and stdout.
+pub fn serve() -> ExitCode {
+    // Best effort: a system that refuses the limit still has the time bound.
+    let _ = nix::sys::resource::setrlimit(
+        nix::sys::resource::Resource::RLIMIT_AS,
+        MEMORY_LIMIT,
+        MEMORY_LIMIT,
+    );
+    let mut input = BufReader::new(std::io::stdin().lock());
+    let mut output = BufWriter::new(std::io::stdout().lock());
+    let programs: Vec<Result<Filter, String>> = match frame::read_sync(&mut input) {
+        Ok(Some(list)) => match serde_json::from_slice::<Vec<String>>(&list) {
+            Ok(texts) => texts.iter().map(|t| compile(t)).collect(),
+            Err(_) => return ExitCode::FAILURE,
+        },
+        _ => return ExitCode::FAILURE,
+    };
+    loop {
+        let payload = match frame::read_sync(&mut input) {
+            Ok(Some(payload)) => payload,
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(_) => return ExitCode::FAILURE,
+        };
+        let reply = match frame::parse_request(&payload) {
+            Some((program, event, body)) => answer(&programs, program, event, body),
+            None => Reply::Failed("a malformed request reached the transform process".into()),
+        };
+        if frame::write_sync(&mut output, &frame::reply(&reply)).is_err() {
+            return ExitCode::FAILURE;
+        }
+    }
+}
+
+fn answer(programs: &[Result<Filter, String>], program: u32, event: &[u8], body: &[u8]) -> Reply {
+    let filter = match programs.get(program as usize) {
+        Some(Ok(filter)) => filter,
+        Some(Err(why)) => return Reply::Failed(format!("the program does not compile: {why}")),
+        None => return Reply::Failed("no such program in the transform process".into()),
+    };
+    match jaq_json::read::parse_single(event) {
+        Ok(event) => eval::run(filter, event, body),
+        Err(_) => Reply::Failed("the event's metadata did not reach the transform process".into()),
+    }
+}

@@ -1,0 +1,124 @@
+//! `transform`: a destination's jq program, run over each event at
+//! dispatch to make what is sent.
+//!
+//! Programs are checked when the config loads (`crate::config::transform`)
+//! and run in transform processes ([`pool`], [`child`]): a jq evaluator
+//! overflows its stack on runaway recursion (`def f: [f]; f`), and a
+//! stack overflow aborts the process it happens in. In a child of its own
+//! that ends one delivery (`dead`, with the reason), never hookbox. What
+//! a run gives ([`Applied`]):
+//!
+//! * one output: what is sent, JSON, or the text of a string output;
+//! * no output: nothing is sent, and the delivery is `skipped`;
+//! * an error, several outputs, a run past the time bound, a crash: the
+//!   delivery is `dead`, with the reason, no attempt made.
+//!
+//! Used by `crate::delivery::push`, at each attempt (so a fixed program applies
+//! to retries and replays), and by `hookbox try`, which must send exactly
+//! what a delivery would.
+
+pub mod child;
+pub mod eval;
+pub mod frame;
+pub mod pool;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::json;
+
+use self::eval::Reply;
+use self::pool::Pool;
+use super::Job;
+use crate::config::DeliverConfig;
+
+/// The content type of a JSON output.
+pub const JSON: &str = "application/json";
+/// The content type of a string output.
+pub const TEXT: &str = "text/plain; charset=utf-8";
+
+/// What a transform made of one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Send this body with this content type.
+    Send {
+        body: Bytes,
+        content_type: &'static str,
+    },
+    /// No output: send nothing; the delivery is `skipped`.
+    Skip,
+    /// The delivery is `dead` for this reason.
+    Fail(String),
+}
+
+/// One destination's program, in the pool that runs it.
+#[derive(Clone)]
+pub struct Transform {
+    pool: Arc<Pool>,
+    program: u32,
+}
+
+impl Transform {
+    /// Runs the program over `job`'s event.
+    pub async fn apply(&self, job: &Job) -> Applied {
+        let event = event(job);
+        match self.pool.run(self.program, &event, &job.body).await {
+            Reply::Json(body) => Applied::Send {
+                body: body.into(),
+                content_type: JSON,
+            },
+            Reply::Text(body) => Applied::Send {
+                body: body.into(),
+                content_type: TEXT,
+            },
+            Reply::Nothing => Applied::Skip,
+            Reply::Failed(why) => Applied::Fail(crate::support::excerpt::bytes(why.as_bytes())),
+        }
+    }
+}
+
+/// The transforms of `destinations`, in order (`None` for one without),
+/// all run by one pool; `None` when none has a transform.
+pub fn for_destinations<'a>(
+    destinations: impl IntoIterator<Item = &'a DeliverConfig>,
+) -> anyhow::Result<Vec<Option<Transform>>> {
+    let destinations: Vec<&DeliverConfig> = destinations.into_iter().collect();
+    let programs: Vec<Arc<str>> = destinations
+        .iter()
+        .filter_map(|d| d.transform.clone())
+        .collect();
+    if programs.is_empty() {
+        return Ok(vec![None; destinations.len()]);
+    }
+    let pool = Arc::new(Pool::new(&programs)?);
+    let mut next = 0u32;
+    Ok(destinations
+        .iter()
+        .map(|d| {
+            d.transform.as_ref().map(|_| {
+                next += 1;
+                Transform {
+                    pool: pool.clone(),
+                    program: next - 1,
+                }
+            })
+        })
+        .collect())
+}
+
+/// `$event`: what the program knows of the event beside its body.
+pub fn event(job: &Job) -> Vec<u8> {
+    let received_at = std::time::UNIX_EPOCH
+        + std::time::Duration::from_millis(u64::try_from(job.received_at).unwrap_or(0));
+    json!({
+        "id": job.event_id,
+        "source": job.source,
+        "destination": job.destination,
+        "event_type": job.event_type,
+        "delivery_id": job.delivery_id,
+        "received_at": humantime::format_rfc3339_seconds(received_at).to_string(),
+        "headers": job.headers,
+    })
+    .to_string()
+    .into_bytes()
+}
