@@ -27,7 +27,10 @@
 # deliver, with two [[sources.deliver]] destinations: `a` takes every event,
 # `b` a filter that takes half; the delivery figures per destination),
 # deliver_idle (one delivery every 20 ms on one connection: receipt-to-
-# downstream when idle), wrk (new unique GitHub deliveries from Debian's
+# downstream when idle), transform (as deliver, the destination with the
+# jq transform `.`, whose output is the body byte for byte: what running
+# every delivery through a transform process costs; compare its delivered/s
+# and CPU us/event with deliver's), wrk (new unique GitHub deliveries from Debian's
 # wrk instead of hookbox-loadgen, through bench/wrk.sh, so the two load
 # generators cross-check; in the default list when wrk is installed, right
 # after new; BASELINE is run beside it too), floor (bench/floor.sh: the
@@ -193,6 +196,7 @@ for scenario in $SCENARIOS; do
         deliver_idle) dup=0; extra=(--deliver --idle --drain-timeout "$DRAIN_TIMEOUT") ;;
         deliver_nats|deliver_redis|deliver_amqp|deliver_mqtt)
             dup=0; extra=(--deliver --broker "${scenario#deliver_}" --drain-timeout "$DRAIN_TIMEOUT") ;;
+        transform) dup=0; extra=(--deliver --transform . --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_latency) dup=0; extra=(--pull latency --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_listen) dup=0; extra=(--pull listen --events "$PULL_EVENTS" --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_listen_ingest)
@@ -210,7 +214,7 @@ for scenario in $SCENARIOS; do
             else
                 extra=(--outage before "${outage[@]}")
             fi ;;
-        *) echo "unknown scenario: $scenario (use new, new_nosearch, wrk, floor, dup90, dupNN, deliver, deliver2, deliver_idle, deliver_nats, deliver_redis, deliver_amqp, deliver_mqtt, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
+        *) echo "unknown scenario: $scenario (use new, new_nosearch, wrk, floor, dup90, dupNN, deliver, deliver2, deliver_idle, transform, deliver_nats, deliver_redis, deliver_amqp, deliver_mqtt, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
     esac
     runs="$RUNS"
     connections="$CONNECTIONS"
@@ -267,6 +271,7 @@ FIGURES = [
     ("errors", "errors", 0),
     ("status_503", "503s", 0),
     ("server_cpu_pct", "server CPU %", 0),
+    ("cpu_us_per_event", "CPU us/event, server + children, to drain end", 1),
     ("loadgen_cpu_pct", "loadgen CPU %", 0),
     ("peak_rss_mib", "peak RSS MiB", 1),
     ("idle_rss_mib", "idle RSS MiB", 1),

@@ -117,13 +117,19 @@ fn signing_key(seed: u64) -> Vec<u8> {
 /// The source's destinations for `lanes` served at `addr`: the single
 /// table for one lane without `routes` (so older binaries read it too),
 /// named `[[sources.deliver]]` tables otherwise.
-pub fn config(lanes: &[Lane], addr: SocketAddr, routes: bool) -> Deliver {
+pub fn config(
+    lanes: &[Lane],
+    addr: SocketAddr,
+    routes: bool,
+    transform: Option<&str>,
+) -> Deliver {
     let url = |lane: &Lane| format!("http://{addr}{}", lane.path);
     match lanes {
         [] => Deliver::Nowhere,
         [one] if !routes => Deliver::One {
             url: url(one),
             signing_secret: whsec(&one.key),
+            transform: transform.map(str::to_owned),
         },
         many => Deliver::Routes(
             many.iter()
@@ -659,7 +665,7 @@ mod tests {
     fn routes_name_two_lanes_with_their_own_keys_and_one_lane_stays_the_single_table() {
         let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let two = lanes(true, 42);
-        let Deliver::Routes(routes) = config(&two, addr, true) else {
+        let Deliver::Routes(routes) = config(&two, addr, true, None) else {
             panic!("two lanes are routes");
         };
         let names: Vec<_> = routes.iter().map(|r| r.name.as_str()).collect();
@@ -672,10 +678,10 @@ mod tests {
 
         let one = lanes(false, 42);
         assert_eq!(one[0].key, two[0].key);
-        match config(&one, addr, false) {
+        match config(&one, addr, false, None) {
             Deliver::One { url, .. } => assert_eq!(url, "http://127.0.0.1:9/hook"),
             _ => panic!("one lane without routes is the single table"),
         }
-        assert!(matches!(config(&[], addr, false), Deliver::Nowhere));
+        assert!(matches!(config(&[], addr, false, None), Deliver::Nowhere));
     }
 }

@@ -63,6 +63,7 @@ use payload::Signer;
 use pull::listen::{ListenChild, ListenExit};
 use server::{
     Deliver, SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_status_kib,
+    proc_tree_cpu,
     search_figures,
 };
 
@@ -138,6 +139,11 @@ struct Args {
     /// url, its real server started on loopback (see `broker`).
     #[arg(long, value_enum, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
     broker: Option<broker::Kind>,
+    /// With --deliver: the destination has this jq `transform` (the
+    /// transform scenario gives it `.`, whose output is the body byte for
+    /// byte, so the downstream's checks hold).
+    #[arg(long, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
+    transform: Option<String>,
     /// One connection sending one request every 20 ms (overrides
     /// --connections and --pace-ms): latency when idle.
     #[arg(long)]
@@ -238,6 +244,7 @@ impl Args {
             None if let Some(kind) = self.broker => kind.scenario().to_owned(),
             None if self.routes && self.idle => "deliver2_idle".to_owned(),
             None if self.routes => "deliver2".to_owned(),
+            None if self.deliver && self.transform.is_some() => "transform".to_owned(),
             None if self.deliver && self.idle => "deliver_idle".to_owned(),
             None if self.deliver => "deliver".to_owned(),
             None if self.idle => "idle".to_owned(),
@@ -336,6 +343,9 @@ struct Report {
     /// CPU time over `load_wall`, when /proc could tell.
     server_cpu: Option<Duration>,
     loadgen_cpu: Option<Duration>,
+    /// CPU time of the server and its children (transform processes) from
+    /// the load's start to the drain's end.
+    tree_cpu: Option<Duration>,
     /// `--deliver` runs only.
     deliver: Option<Figures>,
     /// `--broker` runs only.
@@ -408,7 +418,7 @@ async fn scenario(args: Args) -> Result<bool> {
         deliver_to = if args.listen {
             pull::destination(None)
         } else {
-            deliver::config(&lanes, d.addr, args.routes)
+            deliver::config(&lanes, d.addr, args.routes, args.transform.as_deref())
         };
         downstream = Some(d);
     }
@@ -454,6 +464,7 @@ async fn scenario(args: Args) -> Result<bool> {
     let ticks = clock_ticks_per_sec();
     let own_pid = std::process::id();
     let cpu_before = (proc_cpu(pid, ticks).ok(), proc_cpu(own_pid, ticks).ok());
+    let tree_before = proc_tree_cpu(pid, ticks).ok();
     let load_started = Instant::now();
     let load = load::run(Arc::new(cfg)).await;
     let load_wall = load_started.elapsed();
@@ -488,6 +499,12 @@ async fn scenario(args: Args) -> Result<bool> {
     if let Some(d) = delivered.as_mut() {
         d.stop();
     }
+    // Ingest and delivery to the end of the drain, the transform
+    // processes included.
+    let tree_cpu = proc_tree_cpu(pid, ticks)
+        .ok()
+        .zip(tree_before)
+        .map(|(after, before)| after.saturating_sub(before));
     sampler.abort();
     if let Ok(kib) = proc_status_kib(pid, "VmRSS") {
         peak.fetch_max(kib, Ordering::Relaxed);
@@ -548,6 +565,7 @@ async fn scenario(args: Args) -> Result<bool> {
         load_wall,
         server_cpu,
         loadgen_cpu,
+        tree_cpu,
         deliver,
         broker,
         drain_timeout: args.drain_timeout,
@@ -717,6 +735,13 @@ impl Report {
             ("accepted_total", json!(l.total.accepted)),
             ("hwm_rss_mib", json!(self.hwm_kib.map(mib))),
             ("server_cpu_pct", json!(cpu_pct(self.server_cpu))),
+            (
+                "cpu_us_per_event",
+                json!(self.tree_cpu.filter(|_| l.measured.accepted > 0).map(|c| round(
+                    c.as_secs_f64() * 1e6 / (self.rows.max(1) as f64),
+                    1
+                ))),
+            ),
             ("loadgen_cpu_pct", json!(cpu_pct(self.loadgen_cpu))),
             ("shutdown_ms", json!(self.shutdown.as_millis() as u64)),
             ("exit_code", json!(self.exit_code)),

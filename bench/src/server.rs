@@ -88,8 +88,12 @@ impl Server {
             Deliver::One {
                 url,
                 signing_secret,
+                transform,
             } => {
                 toml.push_str(&deliver_toml(url, signing_secret));
+                if let Some(program) = transform {
+                    toml.push_str(&format!("transform = {program:?}\n"));
+                }
             }
             Deliver::Routes(routes) => toml.push_str(&routes_toml(routes)),
             Deliver::Pull(pull) => toml.push_str(&pull_toml(pull)),
@@ -255,7 +259,12 @@ pub enum Deliver {
     Nowhere,
     /// The single `[sources.deliver]` table (the destination `default`),
     /// as every hookbox version reads it.
-    One { url: String, signing_secret: String },
+    One {
+        url: String,
+        signing_secret: String,
+        /// A jq program for `transform` (the transform scenario).
+        transform: Option<String>,
+    },
     /// `[[sources.deliver]]`: named destinations, each with its filter.
     Routes(Vec<Route>),
     /// One `pull` destination: consumers take its events.
@@ -435,7 +444,31 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
 }
 
 /// CPU time (user + system, all threads) a process has used so far.
+/// CPU time of `pid`, the children it reaped, and its live children (the
+/// transform processes of a server).
+pub fn proc_tree_cpu(pid: u32, ticks_per_sec: f64) -> Result<Duration> {
+    let mut total = proc_times(pid, ticks_per_sec, true)?;
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let parent = std::fs::read_to_string(format!("/proc/{child}/stat"))
+            .ok()
+            .and_then(|t| t.rfind(')').map(|i| t[i + 1..].to_owned()))
+            .and_then(|rest| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if parent == Some(pid) {
+            total += proc_times(child, ticks_per_sec, false).unwrap_or_default();
+        }
+    }
+    Ok(total)
+}
+
 pub fn proc_cpu(pid: u32, ticks_per_sec: f64) -> Result<Duration> {
+    proc_times(pid, ticks_per_sec, false)
+}
+
+/// utime + stime of `pid`, and with `reaped` its reaped children's too.
+fn proc_times(pid: u32, ticks_per_sec: f64, reaped: bool) -> Result<Duration> {
     let path = format!("/proc/{pid}/stat");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     // Fields after the parenthesised command name start at field 3 (state);
@@ -451,7 +484,10 @@ pub fn proc_cpu(pid: u32, ticks_per_sec: f64) -> Result<Duration> {
             .and_then(|f| f.parse().ok())
             .with_context(|| format!("no field {} in {path}", i + 3))
     };
-    let total = ticks(11)? + ticks(12)?;
+    let mut total = ticks(11)? + ticks(12)?;
+    if reaped {
+        total += ticks(13)? + ticks(14)?;
+    }
     Ok(Duration::from_secs_f64(total as f64 / ticks_per_sec))
 }
 

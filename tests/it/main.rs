@@ -13,6 +13,7 @@ mod command_args;
 mod command_env;
 mod command_shutdown;
 mod config_reference;
+mod cookbook;
 mod container;
 mod crash;
 mod dashboard;

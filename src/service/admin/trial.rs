@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::AdminState;
 use super::events::TimeArg;
 use crate::delivery::transform;
-use crate::delivery::push::trial;
+use crate::delivery::push::trial::{self, Trial};
 use crate::support::error::ApiError;
 use crate::store::queries::{self, Which};
 
@@ -46,14 +46,27 @@ pub async fn try_destination(
             ));
         }
     };
+    let trials = trials(&st, &body.source, &body.destination, which).await?;
+    Ok(Json(json!({ "trials": trials })))
+}
+
+/// Tries `destination` of `source` on the events `which` picks: the API's
+/// and the dashboard's Try form's work. 404 for an unknown source or
+/// destination.
+pub(crate) async fn trials(
+    st: &AdminState,
+    source: &str,
+    destination: &str,
+    which: Which,
+) -> Result<Vec<Trial>, ApiError> {
     let source = st
         .config
-        .source(&body.source)
+        .source(source)
         .ok_or(ApiError::NotFound("unknown_source"))?;
     let destination = source
         .destinations
         .iter()
-        .find(|d| d.name == body.destination)
+        .find(|d| d.name == destination)
         .ok_or(ApiError::NotFound("unknown_destination"))?;
     let name = source.name.clone();
     let events = st
@@ -61,12 +74,11 @@ pub async fn try_destination(
         .read(move |c| queries::events_to_try(c, &name, which))
         .await?;
     let transforms = transform::for_destinations([destination]).map_err(ApiError::Internal)?;
-    let trials = trial::run(
+    Ok(trial::run(
         &source.name,
         destination,
         transforms.first().and_then(Option::as_ref),
         events,
     )
-    .await;
-    Ok(Json(json!({ "trials": trials })))
+    .await)
 }

@@ -94,6 +94,8 @@ pub type Script = Arc<dyn Fn(&str, usize) -> Reply + Send + Sync>;
 pub struct Hit {
     pub at: Instant,
     pub method: Method,
+    /// The path and query asked for.
+    pub uri: Uri,
     pub headers: HeaderMap,
     pub body: Bytes,
     /// What the script answered.
@@ -227,6 +229,7 @@ impl Drop for InFlight<'_> {
 async fn record(
     State(shared): State<Arc<Shared>>,
     method: Method,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -249,6 +252,7 @@ async fn record(
         hits.push(Hit {
             at,
             method,
+            uri,
             headers,
             body,
             status: reply.status,

@@ -32,6 +32,7 @@ mod rejections;
 mod session;
 mod source;
 mod traffic;
+mod trial;
 mod view;
 
 use std::sync::LazyLock;
@@ -82,6 +83,7 @@ pub(super) fn router(admin: AdminState, token: TokenDigest) -> Router {
             "/destinations/{source}/{name}/{verb}",
             post(destination::pause_or_resume),
         )
+        .route("/destinations/{source}/{name}/try", get(trial::page))
         .route("/logout", post(session::logout))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -82,6 +82,7 @@ pub(super) async fn overview(
                             @else {
                                 (super::destination::state(&s.source, name,
                                     st.admin.board.get(&s.source, name), now, &session.csrf))
+                                " " a href={ "/destinations/" (s.source) "/" (name) "/try" } { "Try" }
                             }
                         }
                         @for (state, n) in [(models::State::Pending, d.pending), (models::State::Delivered, d.delivered), (models::State::Dead, d.dead), (models::State::Skipped, d.skipped)] {
