@@ -54,7 +54,11 @@
 //!   command with placeholders, never a shell, or a publish to a broker:
 //!   NATS, Redis, RabbitMQ, MQTT) and sends its outcome back
 //!   to the writer; backoff, `rate`, the circuit breaker and pauses decide
-//!   when a lane may go on. `delivery::pull` hands the deliveries of pull
+//!   when a lane may go on. A destination's jq `transform` runs before its
+//!   attempt, in transform processes of hookbox's own
+//!   (`delivery::transform`), so that no program can take the server
+//!   down; `delivery::push::trial` runs filter and transform over stored
+//!   events for `hookbox try`. `delivery::pull` hands the deliveries of pull
 //!   destinations to consumers instead, and `cli::listen` is such a
 //!   consumer (`hookbox listen`).
 //! * [`catchup`] asks providers for what they will not resend by

@@ -117,12 +117,7 @@ fn signing_key(seed: u64) -> Vec<u8> {
 /// The source's destinations for `lanes` served at `addr`: the single
 /// table for one lane without `routes` (so older binaries read it too),
 /// named `[[sources.deliver]]` tables otherwise.
-pub fn config(
-    lanes: &[Lane],
-    addr: SocketAddr,
-    routes: bool,
-    transform: Option<&str>,
-) -> Deliver {
+pub fn config(lanes: &[Lane], addr: SocketAddr, routes: bool, transform: Option<&str>) -> Deliver {
     let url = |lane: &Lane| format!("http://{addr}{}", lane.path);
     match lanes {
         [] => Deliver::Nowhere,

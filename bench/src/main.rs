@@ -63,8 +63,7 @@ use payload::Signer;
 use pull::listen::{ListenChild, ListenExit};
 use server::{
     Deliver, SECRET, Server, clock_ticks_per_sec, count_events, proc_cpu, proc_status_kib,
-    proc_tree_cpu,
-    search_figures,
+    proc_tree_cpu, search_figures,
 };
 
 /// How long the server idles after /readyz before its idle RSS is read.
@@ -737,10 +736,11 @@ impl Report {
             ("server_cpu_pct", json!(cpu_pct(self.server_cpu))),
             (
                 "cpu_us_per_event",
-                json!(self.tree_cpu.filter(|_| l.measured.accepted > 0).map(|c| round(
-                    c.as_secs_f64() * 1e6 / (self.rows.max(1) as f64),
-                    1
-                ))),
+                json!(
+                    self.tree_cpu
+                        .filter(|_| l.measured.accepted > 0)
+                        .map(|c| round(c.as_secs_f64() * 1e6 / (self.rows.max(1) as f64), 1))
+                ),
             ),
             ("loadgen_cpu_pct", json!(cpu_pct(self.loadgen_cpu))),
             ("shutdown_ms", json!(self.shutdown.as_millis() as u64)),

@@ -449,7 +449,11 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
 pub fn proc_tree_cpu(pid: u32, ticks_per_sec: f64) -> Result<Duration> {
     let mut total = proc_times(pid, ticks_per_sec, true)?;
     for entry in std::fs::read_dir("/proc")?.flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let parent = std::fs::read_to_string(format!("/proc/{child}/stat"))

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 
 use super::TryArgs;
-use crate::config::Config;
+use crate::config::{Config, DeliverConfig};
 use crate::delivery::transform;
 use crate::delivery::push::trial::{self, Trial};
 use crate::store::queries::{self, Which};
@@ -36,30 +36,42 @@ pub fn run(config: &Config, args: TryArgs) -> ExitCode {
         (_, _, Some(at)) => Which::Since(at),
         (_, last, _) => Which::Last(last.unwrap_or(10)),
     };
-    super::report("try", (|| {
-        let conn = crate::store::open_read_only(&config.server.database)?;
-        let events = queries::events_to_try(&conn, &source.name, which)?;
-        drop(conn);
-        let transforms = transform::for_destinations([destination])
-            .context("preparing the transform process")?;
-        let trials = super::current_thread_runtime()?.block_on(trial::run(
-            &source.name,
-            destination,
-            transforms.first().and_then(Option::as_ref),
-            events,
-        ));
-        if trials.is_empty() {
-            eprintln!("hookbox try: no stored event of {} to try", source.name);
+    super::report(
+        "try",
+        tried(config, &source.name, destination, which, args.json),
+    )
+}
+
+/// Reads the events, tries them, prints each.
+fn tried(
+    config: &Config,
+    source: &str,
+    destination: &DeliverConfig,
+    which: Which,
+    json: bool,
+) -> anyhow::Result<()> {
+    let conn = crate::store::open_read_only(&config.server.database)?;
+    let events = queries::events_to_try(&conn, source, which)?;
+    drop(conn);
+    let transforms =
+        transform::for_destinations([destination]).context("preparing the transform process")?;
+    let trials = super::current_thread_runtime()?.block_on(trial::run(
+        source,
+        destination,
+        transforms.first().and_then(Option::as_ref),
+        events,
+    ));
+    if trials.is_empty() {
+        eprintln!("hookbox try: no stored event of {source} to try");
+    }
+    for t in &trials {
+        if json {
+            println!("{}", serde_json::to_string(t)?);
+        } else {
+            print!("{}", render(t));
         }
-        for t in &trials {
-            if args.json {
-                println!("{}", serde_json::to_string(t)?);
-            } else {
-                print!("{}", render(t));
-            }
-        }
-        Ok(())
-    })())
+    }
+    Ok(())
 }
 
 /// One trial for a person: a line per event, and what would be sent.

@@ -61,7 +61,6 @@ pub use catchup::{
     RawSquareBackfill, RawStripeBackfill, SquareBackfillConfig, StripeBackfillConfig,
 };
 pub use deliver::{DEFAULT_NAME, DeliverConfig, Destination, RawDeliver, RawDestinations};
-pub use url_options::{Method, UrlOptions};
 pub use edge::{AllowIps, EdgeConfig, ForwardedHeader, NamedSet, RawEdge, parse_net};
 pub use hmac::{Encoding, Field, HmacConfig, IdFrom, PayloadPart, RawHmac};
 pub use kind::{DEFAULT_TOLERANCE, Kind, KindFacts, Kinds, PLACEHOLDER_SECRET, any_secret};
@@ -71,6 +70,7 @@ pub use secret::{Secret, resolve as resolve_secret};
 pub use server::{DEFAULT_MAX_BODY_BYTES, Durability, RawServer};
 pub use source::{RawSource, SourceConfig};
 pub use tls::{AcmeConfig, RawAcme, RawTls, TlsConfig, TlsFiles};
+pub use url_options::{Method, UrlOptions};
 pub use validate::validate;
 
 /// Where the config is looked for when `--config` is not given.

@@ -580,7 +580,10 @@ fn header_values_are_secrets_redacted_in_check_and_debug_and_kept_from_commands(
     .unwrap();
     let text = config.redacted_toml();
     assert!(!text.contains("lit-3f9a"), "{text}");
-    assert!(text.contains("env:HOME") && text.contains(r#"method = "PUT""#), "{text}");
+    assert!(
+        text.contains("env:HOME") && text.contains(r#"method = "PUT""#),
+        "{text}"
+    );
     for debug in [format!("{:?}", config.raw), format!("{config:?}")] {
         assert!(!debug.contains("lit-3f9a"), "{debug}");
     }

@@ -104,7 +104,10 @@ pub fn compile(code: &str) -> Result<Filter, String> {
 /// of `whole`; the end of the program when `part` lies elsewhere (a
 /// token the parser made up).
 fn place(whole: &str, part: &str) -> String {
-    let (start, end) = (whole.as_ptr() as usize, whole.as_ptr() as usize + whole.len());
+    let (start, end) = (
+        whole.as_ptr() as usize,
+        whole.as_ptr() as usize + whole.len(),
+    );
     let at = part.as_ptr() as usize;
     let offset = if (start..=end).contains(&at) {
         at - start

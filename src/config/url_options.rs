@@ -50,7 +50,11 @@ impl fmt::Debug for UrlOptions {
             .field("method", &self.method)
             .field(
                 "headers",
-                &self.headers.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+                &self
+                    .headers
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>(),
             )
             .finish()
     }

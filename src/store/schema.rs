@@ -594,8 +594,11 @@ mod tests {
         // Version 18 refuses the state; a reader opened now keeps its
         // schema until told to read it again.
         let skip = |c: &Connection| {
-            c.execute("UPDATE deliveries SET state = 'skipped' WHERE event_id = 1", [])
-                .and_then(|_| c.execute("UPDATE events SET state = 'skipped' WHERE id = 1", []))
+            c.execute(
+                "UPDATE deliveries SET state = 'skipped' WHERE event_id = 1",
+                [],
+            )
+            .and_then(|_| c.execute("UPDATE events SET state = 'skipped' WHERE id = 1", []))
         };
         assert!(skip(&conn).unwrap_err().to_string().contains("CHECK"));
         let other = Connection::open(&path).unwrap();
@@ -612,7 +615,10 @@ mod tests {
             .collect();
         assert_eq!(rows, [(1, "skipped".into()), (2, "dead".into())]);
         let bad = conn
-            .execute("UPDATE deliveries SET state = 'sent' WHERE event_id = 2", [])
+            .execute(
+                "UPDATE deliveries SET state = 'sent' WHERE event_id = 2",
+                [],
+            )
             .unwrap_err();
         assert!(bad.to_string().contains("CHECK constraint failed"), "{bad}");
         let check: String = conn

@@ -25,7 +25,8 @@ struct Recipe {
 }
 
 /// Every recipe of the page: a `<!-- cookbook: KIND EVENT FIXTURE -->`
-/// marker, the toml block after it, then "sends" and a json or text block.
+/// marker (the event type is what the provider's header or body says),
+/// the toml block after it, then "sends" and a json or text block.
 fn recipes() -> Vec<Recipe> {
     let page = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/cookbook.md"),
@@ -34,17 +35,17 @@ fn recipes() -> Vec<Recipe> {
     let mut found = Vec::new();
     for part in page.split("<!-- cookbook: ").skip(1) {
         let (marker, rest) = part.split_once(" -->\n```toml\n").unwrap();
-        let mut words = marker.split(' ');
-        let (kind, event_type, fixture) = (
-            words.next().unwrap(),
-            words.next().unwrap(),
-            words.next().unwrap(),
-        );
+        // KIND EVENT TYPE (which may have spaces) FIXTURE
+        let (kind, named) = marker.split_once(' ').unwrap();
+        let (event_type, fixture) = named.rsplit_once(' ').unwrap();
         let (table, rest) = rest.split_once("```\n\nsends\n\n```").unwrap();
         let (lang, rest) = rest.split_once('\n').unwrap();
         let (sends, _) = rest.split_once("\n```").unwrap();
         let parsed: toml::Value = toml::from_str(table).unwrap();
-        let name = parsed["sources"]["deliver"][0]["name"].as_str().unwrap().to_owned();
+        let name = parsed["sources"]["deliver"][0]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         found.push(Recipe {
             kind: kind.into(),
             event_type: event_type.into(),
@@ -72,7 +73,8 @@ fn source(kind: &str, recipes: &[Recipe], down: &str) -> String {
         "gitlab" => GITLAB_TOKEN,
         other => panic!("no secret for {other}"),
     };
-    let mut text = format!("[[sources]]\nname = \"{kind}\"\nkind = \"{kind}\"\nsecrets = [\"{secret}\"]\n");
+    let mut text =
+        format!("[[sources]]\nname = \"{kind}\"\nkind = \"{kind}\"\nsecrets = [\"{secret}\"]\n");
     for r in recipes.iter().filter(|r| r.kind == kind) {
         let table: String = r
             .table
@@ -136,7 +138,7 @@ async fn every_cookbook_recipe_sends_what_the_page_shows() {
     kinds.dedup();
     let sources: String = kinds
         .iter()
-        .map(|k| source(k, &recipes, &down.url().trim_end_matches('/').to_owned()))
+        .map(|k| source(k, &recipes, &format!("http://{}", down.addr)))
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("hookbox.db");
@@ -155,6 +157,29 @@ async fn every_cookbook_recipe_sends_what_the_page_shows() {
         let body = std::fs::read(fixtures.join(&r.fixture)).unwrap();
         post(server.addr, r, &body).await;
     }
+    // Each recipe's delivery settles, delivered (or says why not).
+    let deadline = std::time::Instant::now() + PATIENCE;
+    for r in &recipes {
+        loop {
+            let row: Option<(String, Option<String>)> = open(&db)
+                .query_row(
+                    "SELECT state, last_error FROM deliveries WHERE destination = ?1",
+                    [&r.name],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .ok();
+            match row {
+                Some((state, _)) if state == "delivered" => break,
+                Some((state, error)) if state == "dead" || std::time::Instant::now() > deadline => {
+                    panic!("{}: {state} ({error:?})\n{}", r.name, server.log_tail(30))
+                }
+                None if std::time::Instant::now() > deadline => {
+                    panic!("{}: no delivery\n{}", r.name, server.log_tail(30))
+                }
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
     let hits = down.wait_for_hits(recipes.len()).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(down.hits().len(), recipes.len(), "one message per recipe");
@@ -169,11 +194,24 @@ async fn every_cookbook_recipe_sends_what_the_page_shows() {
             "what {} sends",
             r.name
         );
-        let content_type = if r.text { "text/plain; charset=utf-8" } else { "application/json" };
+        let content_type = if r.text {
+            "text/plain; charset=utf-8"
+        } else {
+            "application/json"
+        };
         assert_eq!(hit.header("content-type"), content_type, "{}", r.name);
     }
     let fulfilment = hits.iter().find(|h| h.uri.path() == "/fulfilment").unwrap();
-    assert_eq!((fulfilment.method.as_str(), fulfilment.header("authorization")), ("PUT", "fulfil-3b7e"));
+    assert_eq!(
+        (
+            fulfilment.method.as_str(),
+            fulfilment.header("authorization")
+        ),
+        ("PUT", "fulfil-3b7e")
+    );
     let ntfy = hits.iter().find(|h| h.uri.path() == "/ntfy").unwrap();
-    assert_eq!((ntfy.header("title"), ntfy.header("tags")), ("CI failed", "rotating_light"));
+    assert_eq!(
+        (ntfy.header("title"), ntfy.header("tags")),
+        ("CI failed", "rotating_light")
+    );
 }

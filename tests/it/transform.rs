@@ -64,14 +64,16 @@ async fn settled(db: &std::path::Path, id: i64, name: &str, state: &str) -> (i64
     .await
 }
 
-const PUSH: &[u8] = br#"{"ref": "refs/heads/main", "repository": {"full_name": "acme/widgets", "private": false},
+const PUSH: &[u8] =
+    br#"{"ref": "refs/heads/main", "repository": {"full_name": "acme/widgets", "private": false},
   "commits": [{"id": "c1", "message": "fix"}, {"id": "c2", "message": "caf\u00e9"}],
   "pusher": {"name": "octo"}, "n": 1.50}"#;
 
 /// What `CHAT` makes of [`PUSH`], by jq's rules: keys in the order built,
 /// compact, `\(...)` interpolating strings as they are and numbers as
 /// written, non-ASCII text as UTF-8.
-const CHAT_OUTPUT: &str = r#"{"content":"octo pushed 2 commits to acme/widgets: fix, café","event":"push","n":1.50}"#;
+const CHAT_OUTPUT: &str =
+    r#"{"content":"octo pushed 2 commits to acme/widgets: fix, café","event":"push","n":1.50}"#;
 
 const CHAT: &str = r#"select(.ref == "refs/heads/main")
   | {content: "\(.pusher.name) pushed \(.commits | length) commits to \(.repository.full_name): \([.commits[].message] | join(", "))",
@@ -140,7 +142,10 @@ async fn a_transform_sends_its_output_unsigned_with_secret_headers_and_skips_wha
     assert_eq!(chat[0].header("authorization"), TOKEN);
     assert_eq!(chat[0].header("x-team"), "ops");
     for signed in ["webhook-id", "webhook-signature", "webhook-timestamp"] {
-        assert!(chat[0].headers.get(signed).is_none(), "{signed} sent unsigned");
+        assert!(
+            chat[0].headers.get(signed).is_none(),
+            "{signed} sent unsigned"
+        );
     }
     let mut notes: Vec<String> = hits
         .iter()
@@ -154,7 +159,10 @@ async fn a_transform_sends_its_output_unsigned_with_secret_headers_and_skips_wha
     notes.sort();
     assert_eq!(
         notes,
-        ["github/note: acme/widgets at true", "github/note: acme/widgets at true"]
+        [
+            "github/note: acme/widgets at true",
+            "github/note: acme/widgets at true"
+        ]
     );
 
     let metrics = server.metrics().await;
@@ -193,16 +201,37 @@ async fn a_transform_sends_its_output_unsigned_with_secret_headers_and_skips_wha
     let trials = tried["trials"].as_array().unwrap();
     assert_eq!(trials.len(), 2, "{tried}");
     assert_eq!(
-        (&trials[0]["event_id"], &trials[0]["outcome"], &trials[0]["matches"]),
-        (&serde_json::json!(other), &serde_json::json!("skipped"), &serde_json::json!(true))
+        (
+            &trials[0]["event_id"],
+            &trials[0]["outcome"],
+            &trials[0]["matches"]
+        ),
+        (
+            &serde_json::json!(other),
+            &serde_json::json!("skipped"),
+            &serde_json::json!(true)
+        )
     );
     let request = &trials[1]["request"];
     assert_eq!(request["body"], CHAT_OUTPUT, "{tried}");
-    assert_eq!((&request["method"], &request["url"]), (&serde_json::json!("POST"), &serde_json::json!(url)));
-    let headers: Vec<(String, String)> = serde_json::from_value(request["headers"].clone()).unwrap();
-    assert!(headers.contains(&("authorization".into(), "[redacted]".into())), "{headers:?}");
-    assert!(headers.contains(&("content-type".into(), "application/json".into())), "{headers:?}");
-    assert!(!headers.iter().any(|(n, _)| n.starts_with("webhook-")), "{headers:?}");
+    assert_eq!(
+        (&request["method"], &request["url"]),
+        (&serde_json::json!("POST"), &serde_json::json!(url))
+    );
+    let headers: Vec<(String, String)> =
+        serde_json::from_value(request["headers"].clone()).unwrap();
+    assert!(
+        headers.contains(&("authorization".into(), "[redacted]".into())),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&("content-type".into(), "application/json".into())),
+        "{headers:?}"
+    );
+    assert!(
+        !headers.iter().any(|(n, _)| n.starts_with("webhook-")),
+        "{headers:?}"
+    );
     assert!(!tried.to_string().contains(TOKEN));
     // The CLI, on a config of its own naming the same database, without
     // the secret in its environment: the same body.
@@ -216,7 +245,10 @@ async fn a_transform_sends_its_output_unsigned_with_secret_headers_and_skips_wha
     assert!(out.status.success(), "{}", text(&out));
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["request"]["body"], CHAT_OUTPUT);
-    assert_eq!(&line["request"]["body"].as_str().unwrap().as_bytes(), &&chat[0].body[..]);
+    assert_eq!(
+        &line["request"]["body"].as_str().unwrap().as_bytes(),
+        &&chat[0].body[..]
+    );
     let out = hookbox()
         .args(["try", "github", "note", "--last", "1", "--config"])
         .arg(dir.path().join("hookbox.toml"))
@@ -224,13 +256,22 @@ async fn a_transform_sends_its_output_unsigned_with_secret_headers_and_skips_wha
         .unwrap();
     let shown = text(&out);
     assert!(shown.contains("would send\n  PUT "), "{shown}");
-    assert!(shown.contains("\n\ngithub/note: acme/widgets at true\n"), "{shown}");
+    assert!(
+        shown.contains("\n\ngithub/note: acme/widgets at true\n"),
+        "{shown}"
+    );
     assert_eq!(down.hits().len(), 3, "try sent something");
 
     server.terminate(Duration::from_secs(10)).await;
     let log = server.output();
-    assert!(log.contains("skipped"), "the debug log names the skip:\n{log}");
-    assert!(!log.contains(TOKEN), "the header's secret reached the log:\n{log}");
+    assert!(
+        log.contains("skipped"),
+        "the debug log names the skip:\n{log}"
+    );
+    assert!(
+        !log.contains(TOKEN),
+        "the header's secret reached the log:\n{log}"
+    );
     // `check` shows the reference, never the value, and warns of no signing.
     let out = hookbox()
         .env("CHAT_TOKEN", TOKEN)
@@ -293,9 +334,18 @@ async fn runaway_programs_end_dead_within_the_bound_while_other_deliveries_and_i
     let sources = source(&format!(
         "{}{}{}{}",
         destination("deep", "command = [\"true\"]\ntransform = 'def f: [f]; f'"),
-        destination("loop", "command = [\"true\"]\ntransform = 'last(repeat(.))'"),
-        destination("grow", "command = [\"true\"]\ntransform = '[.i | recurse(.+1)]'"),
-        destination("plain", &format!("url = \"{url}\"\nsigning_secret = \"{SIGNING_SECRET}\"")),
+        destination(
+            "loop",
+            "command = [\"true\"]\ntransform = 'last(repeat(.))'"
+        ),
+        destination(
+            "grow",
+            "command = [\"true\"]\ntransform = '[.i | recurse(.+1)]'"
+        ),
+        destination(
+            "plain",
+            &format!("url = \"{url}\"\nsigning_secret = \"{SIGNING_SECRET}\"")
+        ),
     ));
     let mut server = ChildServer::spawn_ready(dir.path(), &db, &sources, "", 0).await;
     let started = Instant::now();
@@ -309,7 +359,11 @@ async fn runaway_programs_end_dead_within_the_bound_while_other_deliveries_and_i
         let body = format!(r#"{{"i": {i}}}"#);
         let at = Instant::now();
         ids.push(post(server.addr, &format!("g{i}"), "push", body.as_bytes()).await);
-        assert!(at.elapsed() < Duration::from_secs(1), "ingest stalled: {:?}", at.elapsed());
+        assert!(
+            at.elapsed() < Duration::from_secs(1),
+            "ingest stalled: {:?}",
+            at.elapsed()
+        );
     }
     for &id in &ids {
         settled(&db, id, "plain", "delivered").await;
@@ -370,22 +424,37 @@ async fn check_refuses_a_program_that_does_not_compile_saying_where() {
             "chat",
             "url = \"http://127.0.0.1:9/\"\ntransform = '''\n{content: .a,\n  text: (.b | }\n'''"
         ),
-        destination("pulled", "pull = { token = \"0123456789abcdef0123\" }\ntransform = '.'"),
+        destination(
+            "pulled",
+            "pull = { token = \"0123456789abcdef0123\" }\ntransform = '.'"
+        ),
     ));
     std::fs::write(
         &config,
-        format!("[server]\ndatabase = \"{}\"\n{sources}", dir.path().join("db").display()),
+        format!(
+            "[server]\ndatabase = \"{}\"\n{sources}",
+            dir.path().join("db").display()
+        ),
     )
     .unwrap();
-    let out = hookbox().arg("check").arg("--config").arg(&config).output().unwrap();
+    let out = hookbox()
+        .arg("check")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
     let text = text(&out);
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(
-        text.contains("sources[0] (\"github\").deliver[1] (\"chat\").transform: line 2, column 15:"),
+        text.contains(
+            "sources[0] (\"github\").deliver[1] (\"chat\").transform: line 2, column 15:"
+        ),
         "{text}"
     );
     assert!(
-        text.contains("sources[0] (\"github\").deliver[2] (\"pulled\").transform: not for pull destinations"),
+        text.contains(
+            "sources[0] (\"github\").deliver[2] (\"pulled\").transform: not for pull destinations"
+        ),
         "{text}"
     );
     assert!(!text.contains("(\"fine\")"), "{text}");

@@ -43,13 +43,16 @@ pub fn destination(config: &DeliverConfig, shared: &Shared) -> Option<Arc<dyn De
             url,
             signing_key,
             options,
-        } => Arc::new(url::UrlDestination::new(
-            shared.client.clone(),
-            url.clone(),
-            signing_key.clone(),
-            config.timeout,
-            config.permanent_statuses.clone(),
-        ).with_options(options.clone())),
+        } => Arc::new(
+            url::UrlDestination::new(
+                shared.client.clone(),
+                url.clone(),
+                signing_key.clone(),
+                config.timeout,
+                config.permanent_statuses.clone(),
+            )
+            .with_options(options.clone()),
+        ),
         config::Destination::Command { template, .. } => {
             Arc::new(command::CommandDestination::new(
                 template.clone(),

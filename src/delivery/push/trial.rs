@@ -28,7 +28,8 @@ pub struct Trial {
     /// Whether the destination's filter takes the event.
     pub matches: bool,
     /// `send`, `skipped` (the transform had no output), `dead` (it
-    /// failed), `not_matched`, or `gone` (retention dropped the body).
+    /// failed), `retry` (no transform process could run it),
+    /// `not_matched`, or `gone` (retention dropped the body).
     pub outcome: &'static str,
     /// Why `dead` or `gone`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,6 +126,11 @@ async fn one(
             }
             Applied::Fail(why) => {
                 trial.outcome = "dead";
+                trial.reason = Some(why);
+                return trial;
+            }
+            Applied::Retry(why) => {
+                trial.outcome = "retry";
                 trial.reason = Some(why);
                 return trial;
             }

@@ -122,7 +122,9 @@ impl UrlDestination {
             }
         };
         let timestamp = timestamp.to_string();
-        let signed = signature.as_deref().map(|s| (msg_id.as_str(), timestamp.as_str(), s));
+        let signed = signature
+            .as_deref()
+            .map(|s| (msg_id.as_str(), timestamp.as_str(), s));
         let mut headers = request_headers(job, signed);
         for (name, value) in &self.options.headers {
             headers.insert(name.clone(), value.clone());
@@ -219,9 +221,7 @@ impl UrlDestination {
     /// own headers removed, in case the endpoint echoed the request back.
     fn scrubbed(&self, text: &str, signature: Option<&str>) -> String {
         let mut text = match signature {
-            Some(signature) => {
-                text.replace(signature.trim_start_matches("v1,"), "[signature]")
-            }
+            Some(signature) => text.replace(signature.trim_start_matches("v1,"), "[signature]"),
             None => text.to_owned(),
         };
         for (_, value) in &self.options.headers {
@@ -283,7 +283,11 @@ pub fn preview(
     job: &Job,
 ) -> (&'static str, String, Vec<(String, String)>) {
     let msg_id = sign::message_id(&job.source, &job.delivery_id);
-    let signed = signed.then_some((msg_id.as_str(), "[the time of sending]", "[signed when sent]"));
+    let signed = signed.then_some((
+        msg_id.as_str(),
+        "[the time of sending]",
+        "[signed when sent]",
+    ));
     let mut headers = request_headers(job, signed);
     for (name, _) in &options.headers {
         headers.insert(name.clone(), HeaderValue::from_static("[redacted]"));
@@ -294,7 +298,12 @@ pub fn preview(
     }
     let headers = headers
         .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     (options.method.as_str(), url.to_string(), headers)
 }
@@ -346,7 +355,6 @@ fn describe_error(e: reqwest::Error, timeout: Duration) -> String {
     }
     excerpt::bytes(text.as_bytes())
 }
-
 
 #[cfg(test)]
 mod tests;

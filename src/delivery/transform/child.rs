@@ -39,6 +39,10 @@ pub fn serve() -> ExitCode {
         },
         _ => return ExitCode::FAILURE,
     };
+    // Ready: compiling is not a request's time.
+    if frame::write_sync(&mut output, &frame::reply(&Reply::Nothing)).is_err() {
+        return ExitCode::FAILURE;
+    }
     loop {
         let payload = match frame::read_sync(&mut input) {
             Ok(Some(payload)) => payload,

@@ -27,6 +27,9 @@ pub enum Reply {
     Nothing,
     /// Why it failed: an error, several outputs, or an input it cannot take.
     Failed(String),
+    /// No transform process could be started (hookbox's trouble, not the
+    /// program's): never sent over a pipe.
+    Unavailable(String),
 }
 
 /// Runs `filter` with `.` = `body` and `$event` = `event`.
@@ -64,7 +67,9 @@ pub fn input(body: &[u8]) -> Result<Val, String> {
     }
     match std::str::from_utf8(body) {
         Ok(text) => Ok(Val::utf8_str(text.to_owned())),
-        Err(_) => Err("the body is neither JSON nor UTF-8 text, so it cannot be transformed".into()),
+        Err(_) => {
+            Err("the body is neither JSON nor UTF-8 text, so it cannot be transformed".into())
+        }
     }
 }
 
@@ -124,7 +129,8 @@ mod tests {
 
     fn run_on(code: &str, body: &str) -> Reply {
         let filter = compile(code).unwrap();
-        let event = jaq_json::read::parse_single(br#"{"source":"gh","event_type":"push"}"#).unwrap();
+        let event =
+            jaq_json::read::parse_single(br#"{"source":"gh","event_type":"push"}"#).unwrap();
         run(&filter, event, body.as_bytes())
     }
 
@@ -138,33 +144,52 @@ mod tests {
             run_on(r#""\(.a) from \($event.source)""#, r#"{"a":"x"}"#),
             Reply::Text(b"x from gh".to_vec())
         );
-        assert_eq!(run_on("ascii_upcase", "plain text"), Reply::Text(b"PLAIN TEXT".to_vec()));
+        assert_eq!(
+            run_on("ascii_upcase", "plain text"),
+            Reply::Text(b"PLAIN TEXT".to_vec())
+        );
     }
 
     #[test]
     fn no_output_several_outputs_and_errors_are_told_apart() {
         assert_eq!(run_on("select(.a == 2)", r#"{"a": 1}"#), Reply::Nothing);
         assert_eq!(run_on("empty", "{}"), Reply::Nothing);
-        let Reply::Failed(why) = run_on(".[]", "[1,2]") else { panic!() };
+        let Reply::Failed(why) = run_on(".[]", "[1,2]") else {
+            panic!()
+        };
         assert!(why.contains("more than one output"), "{why}");
-        let Reply::Failed(why) = run_on(r#"error("nope")"#, "{}") else { panic!() };
+        let Reply::Failed(why) = run_on(r#"error("nope")"#, "{}") else {
+            panic!()
+        };
         assert!(why.contains("nope"), "{why}");
-        let Reply::Failed(why) = run_on(".a.b", r#"{"a": 3}"#) else { panic!() };
+        let Reply::Failed(why) = run_on(".a.b", r#"{"a": 3}"#) else {
+            panic!()
+        };
         assert!(why.starts_with("the program failed: "), "{why}");
     }
 
     #[test]
     fn a_body_that_is_not_utf8_or_nests_too_deep_is_refused() {
         let filter = compile(".").unwrap();
-        let Reply::Failed(why) = run(&filter, Val::Null, b"\xff\xfe") else { panic!() };
+        let Reply::Failed(why) = run(&filter, Val::Null, b"\xff\xfe") else {
+            panic!()
+        };
         assert!(why.contains("neither JSON nor UTF-8"), "{why}");
         let deep = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
-        let Reply::Failed(why) = run(&filter, Val::Null, deep.as_bytes()) else { panic!() };
+        let Reply::Failed(why) = run(&filter, Val::Null, deep.as_bytes()) else {
+            panic!()
+        };
         assert!(why.contains("nests deeper"), "{why}");
         let fine = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
-        assert!(matches!(run(&filter, Val::Null, fine.as_bytes()), Reply::Json(_)));
+        assert!(matches!(
+            run(&filter, Val::Null, fine.as_bytes()),
+            Reply::Json(_)
+        ));
         // Brackets in strings are text.
         let text = format!(r#"{{"a": "{}"}}"#, "[".repeat(1000));
-        assert!(matches!(run(&filter, Val::Null, text.as_bytes()), Reply::Json(_)));
+        assert!(matches!(
+            run(&filter, Val::Null, text.as_bytes()),
+            Reply::Json(_)
+        ));
     }
 }

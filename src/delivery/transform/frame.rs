@@ -1,7 +1,8 @@
 //! The frames hookbox and its transform process speak over the child's
 //! stdin and stdout: a little-endian `u32` length, then that many bytes.
 //!
-//! * First, hookbox sends the programs: a JSON array of their texts.
+//! * First, hookbox sends the programs: a JSON array of their texts; the
+//!   process answers with an empty reply once it has compiled them.
 //! * Then each request: `u32` program index, `u32` length of the event's
 //!   metadata (JSON, the program's `$event`), the metadata, the body.
 //! * Each answer: a tag byte ([`Reply`]'s variant) and its bytes.
@@ -45,7 +46,7 @@ pub fn reply(reply: &Reply) -> Vec<u8> {
         Reply::Json(b) => (JSON, b),
         Reply::Text(b) => (TEXT, b),
         Reply::Nothing => (NOTHING, &[]),
-        Reply::Failed(why) => (FAILED, why.as_bytes()),
+        Reply::Failed(why) | Reply::Unavailable(why) => (FAILED, why.as_bytes()),
     };
     let mut frame = Vec::with_capacity(5 + bytes.len());
     frame.extend_from_slice(&(bytes.len() as u32 + 1).to_le_bytes());

@@ -31,6 +31,7 @@ use self::eval::Reply;
 use self::pool::Pool;
 use super::Job;
 use crate::config::DeliverConfig;
+use crate::support::excerpt;
 
 /// The content type of a JSON output.
 pub const JSON: &str = "application/json";
@@ -49,6 +50,8 @@ pub enum Applied {
     Skip,
     /// The delivery is `dead` for this reason.
     Fail(String),
+    /// No transform process could run it: a failed attempt, retried.
+    Retry(String),
 }
 
 /// One destination's program, in the pool that runs it.
@@ -72,7 +75,8 @@ impl Transform {
                 content_type: TEXT,
             },
             Reply::Nothing => Applied::Skip,
-            Reply::Failed(why) => Applied::Fail(crate::support::excerpt::bytes(why.as_bytes())),
+            Reply::Failed(why) => Applied::Fail(excerpt::bytes(why.as_bytes())),
+            Reply::Unavailable(why) => Applied::Retry(excerpt::bytes(why.as_bytes())),
         }
     }
 }

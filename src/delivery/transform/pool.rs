@@ -30,6 +30,9 @@ pub const EXE_VAR: &str = "HOOKBOX_TRANSFORM_EXE";
 /// How long one program may run on one event.
 pub const TIME_LIMIT: Duration = Duration::from_secs(1);
 
+/// How long a new process may take to start and compile the programs.
+const START_LIMIT: Duration = Duration::from_secs(10);
+
 /// The processes that run one set of programs.
 pub struct Pool {
     exe: PathBuf,
@@ -78,12 +81,14 @@ impl Pool {
         let Ok(_slot) = self.slots.acquire().await else {
             return Reply::Failed("the transform processes are shut down".into());
         };
-        let idle = self.idle.lock().map(|mut idle| idle.pop()).unwrap_or(None);
+        let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let mut worker = match idle {
             Some(worker) => worker,
             None => match self.spawn().await {
                 Ok(worker) => worker,
-                Err(e) => return Reply::Failed(format!("cannot start a transform process: {e}")),
+                Err(e) => {
+                    return Reply::Unavailable(format!("cannot start a transform process: {e}"));
+                }
             },
         };
         let request = frame::request(program, event, body);
@@ -123,11 +128,20 @@ impl Pool {
             return Err(std::io::Error::other("the child's pipes are missing"));
         };
         stdin.write_all(&self.programs).await?;
-        Ok(Worker {
+        let mut worker = Worker {
             child,
             stdin,
             stdout: BufReader::new(stdout),
-        })
+        };
+        match tokio::time::timeout(START_LIMIT, read_reply(&mut worker)).await {
+            Ok(Ok(Reply::Nothing)) => Ok(worker),
+            Ok(Ok(_)) => Err(std::io::Error::other("an unexpected first answer")),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(std::io::Error::other(format!(
+                "not ready within {}",
+                humantime::format_duration(START_LIMIT)
+            ))),
+        }
     }
 }
 
@@ -135,6 +149,11 @@ impl Pool {
 async fn exchange(worker: &mut Worker, request: &[u8]) -> std::io::Result<Reply> {
     worker.stdin.write_all(request).await?;
     worker.stdin.flush().await?;
+    read_reply(worker).await
+}
+
+/// Reads one reply.
+async fn read_reply(worker: &mut Worker) -> std::io::Result<Reply> {
     let len = worker.stdout.read_u32_le().await? as usize;
     if len > MAX_FRAME {
         return Err(std::io::Error::other("a reply frame too long"));

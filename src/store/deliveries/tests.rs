@@ -660,3 +660,26 @@ fn a_claim_is_planned_once_however_many_times_it_runs() {
     let stmt = conn.prepare_cached(&claimable(false)).unwrap();
     assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
 }
+
+#[test]
+fn a_skip_is_final_uncounted_and_unlogged_and_lets_its_key_go_on() {
+    let conn = db();
+    let a1 = add(&conn, "a1", Some("A"), 10);
+    let a2 = add(&conn, "a2", Some("A"), 10);
+    assert_eq!(ids(&claim(&conn, "s", 10, 100, 1000).unwrap()), vec![a1]);
+    settle(&conn, a1, 1, Settled::Skipped, 100);
+    assert_eq!(state_of(&conn, a1), ("skipped".into(), 0, None));
+    let event: String = conn
+        .query_row("SELECT state FROM events WHERE id = ?1", [a1], |r| r.get(0))
+        .unwrap();
+    assert_eq!(event, "skipped", "every delivery of it skipped");
+    let rows: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM attempts WHERE event_id = ?1",
+            [a1],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 0, "no attempt was made");
+    assert_eq!(ids(&claim(&conn, "s", 10, 100, 1000).unwrap()), vec![a2]);
+}

@@ -65,9 +65,7 @@ pub fn events_to_try(
             n.min(MAX_TRIED) as i64,
         ),
         Which::Since(at) => (
-            format!(
-                "{COLUMNS} WHERE source = ?1 AND received_at >= ?2 ORDER BY id DESC LIMIT ?3"
-            ),
+            format!("{COLUMNS} WHERE source = ?1 AND received_at >= ?2 ORDER BY id DESC LIMIT ?3"),
             at,
             MAX_TRIED as i64,
         ),

@@ -162,6 +162,11 @@ async fn run(
                         contacted = false;
                         (refused(Outcome::Dead, Some(why)), false)
                     }
+                    Applied::Retry(why) => {
+                        contacted = false;
+                        let retry = Outcome::Retry { retry_after: None };
+                        (refused(retry, Some(why)), false)
+                    }
                 },
                 None => deliver(deliverer, &job, stop).await,
             };

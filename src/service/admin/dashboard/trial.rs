@@ -32,7 +32,10 @@ fn which(q: &TryQuery) -> Result<Which, ApiError> {
     }
     let bad = |what: &str| ApiError::bad_request("invalid_filter", what.to_owned());
     if let Some(id) = filled(&q.event) {
-        return id.parse().map(Which::Event).map_err(|_| bad("event: an event id"));
+        return id
+            .parse()
+            .map(Which::Event)
+            .map_err(|_| bad("event: an event id"));
     }
     if let Some(since) = filled(&q.since) {
         return clock::parse_time(since)
@@ -54,8 +57,7 @@ pub(super) async fn page(
     Path((source, name)): Path<(String, String)>,
     query: Result<Query<TryQuery>, QueryRejection>,
 ) -> Result<Markup, PageError> {
-    let Query(query) =
-        query.map_err(|e| ApiError::bad_request("invalid_filter", e.body_text()))?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_filter", e.body_text()))?;
     let which = which(&query)?;
     let tried = trials(&st.admin, &source, &name, which).await?;
     let value = |v: &Option<String>| v.clone().unwrap_or_default();
