@@ -55,6 +55,9 @@ _hookbox() {
             hookbox,serve)
                 cmd="hookbox__subcmd__serve"
                 ;;
+            hookbox,try)
+                cmd="hookbox__subcmd__try"
+                ;;
             hookbox__subcmd__alerts,test)
                 cmd="hookbox__subcmd__alerts__subcmd__test"
                 ;;
@@ -74,7 +77,7 @@ _hookbox() {
 
     case "${cmd}" in
         hookbox)
-            opts="-h -V --config --log-format --help --version serve check healthcheck replay backup events purge destination listen catch-up alerts man completions"
+            opts="-h -V --config --log-format --help --version serve check healthcheck replay backup events purge destination try listen catch-up alerts man completions"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -335,7 +338,7 @@ _hookbox() {
                     return 0
                     ;;
                 --state)
-                    COMPREPLY=($(compgen -W "pending delivered dead stored" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "pending delivered dead skipped stored" -- "${cur}"))
                     return 0
                     ;;
                 --event-type)
@@ -538,6 +541,40 @@ _hookbox() {
                 return 0
             fi
             case "${prev}" in
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        hookbox__subcmd__try)
+            opts="-h --event --last --since --json --config --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --event)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --last)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

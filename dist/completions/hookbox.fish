@@ -37,6 +37,7 @@ complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "backup" -d 'Write a
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "events" -d 'List events, newest first. Reads the database read-only, so it works whether or not the server runs'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "purge" -d 'Delete dead events for good: those whose last attempt is older than --older-than (e.g. 30d)'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "destination" -d 'Pause or resume a destination by hand (planned maintenance): while paused it keeps receiving into its queue and nothing is attempted; on resume its backlog is due at once. Works whether or not the server is running; a running server sees it within 2 s. `list` shows every destination\'s pauses'
+complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "try" -d 'Run DESTINATION\'s filter and transform over events of SOURCE already stored, sending nothing, and print for each whether it matches and exactly what would be sent (secrets redacted). With --config, a destination not running yet is tried against the database that config names. Reads the database read-only'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "listen" -d 'Take events from a pull destination of a (remote) hookbox and POST each to a local URL: ack on 2xx, nack otherwise. Nothing sent while this was not running is lost: it is taken when it runs again'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "catch-up" -d 'Run one catch-up pass of SOURCE now (GitHub redelivery, GitLab resend, Paddle replay, Stripe or Square backfill) and print what it found and asked for. Waits for a pass the server is running to finish first. With --report, runs nothing and prints the source\'s completeness ledger instead (exit 1 when something is missing)'
 complete -c hookbox -n "__fish_hookbox_needs_command" -f -a "alerts" -d 'Alerts ([[alerts]] in the config)'
@@ -73,6 +74,7 @@ complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l destination -
 complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l state -r -f -a "pending\t''
 delivered\t''
 dead\t''
+skipped\t''
 stored\t''"
 complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l event-type -r
 complete -c hookbox -n "__fish_hookbox_using_subcommand events" -l q -d 'Only events whose body has all these words; `word*` matches a prefix (needs `[search] enabled`, the default)' -r
@@ -108,6 +110,14 @@ complete -c hookbox -n "__fish_hookbox_using_subcommand destination; and __fish_
 complete -c hookbox -n "__fish_hookbox_using_subcommand destination; and __fish_seen_subcommand_from list" -l log-format -d 'Log format' -r -f -a "text\t''
 json\t''"
 complete -c hookbox -n "__fish_hookbox_using_subcommand destination; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
+complete -c hookbox -n "__fish_hookbox_using_subcommand try" -l event -d 'This event (its id, as `hookbox events` lists it)' -r
+complete -c hookbox -n "__fish_hookbox_using_subcommand try" -l last -d 'The newest N events of SOURCE (the default: 10)' -r
+complete -c hookbox -n "__fish_hookbox_using_subcommand try" -l since -d 'Events received since this time (RFC 3339, a date, or unix ms), at most 1000, newest first' -r
+complete -c hookbox -n "__fish_hookbox_using_subcommand try" -l config -d 'Config file. Without it: /etc/hookbox/hookbox.toml if present, else the embedded default' -r -F
+complete -c hookbox -n "__fish_hookbox_using_subcommand try" -l log-format -d 'Log format' -r -f -a "text\t''
+json\t''"
+complete -c hookbox -n "__fish_hookbox_using_subcommand try" -l json -d 'One JSON object per event instead of text'
+complete -c hookbox -n "__fish_hookbox_using_subcommand try" -s h -l help -d 'Print help'
 complete -c hookbox -n "__fish_hookbox_using_subcommand listen" -l url -d 'The hookbox to pull from, e.g. https://hooks.example.com' -r
 complete -c hookbox -n "__fish_hookbox_using_subcommand listen" -l source -r
 complete -c hookbox -n "__fish_hookbox_using_subcommand listen" -l destination -d 'The pull destination\'s name' -r
