@@ -9,8 +9,8 @@ use anyhow::Context as _;
 
 use super::TryArgs;
 use crate::config::{Config, DeliverConfig};
-use crate::delivery::transform;
 use crate::delivery::push::trial::{self, Trial};
+use crate::delivery::transform;
 use crate::store::queries::{self, Which};
 
 /// Exit 2 for a source or destination the config does not have, 1 when

@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 
 use super::AdminState;
 use super::events::TimeArg;
-use crate::delivery::transform;
 use crate::delivery::push::trial::{self, Trial};
-use crate::support::error::ApiError;
+use crate::delivery::transform;
 use crate::store::queries::{self, Which};
+use crate::support::error::ApiError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -14,9 +14,9 @@ use serde::Deserialize;
 use super::session::Session;
 use super::{Dashboard, PageError, view};
 use crate::service::admin::trial::trials;
+use crate::store::queries::Which;
 use crate::support::clock;
 use crate::support::error::ApiError;
-use crate::store::queries::Which;
 
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct TryQuery {
