@@ -260,6 +260,43 @@ async fn a_transform_sends_its_output_unsigned_with_secret_headers_and_skips_wha
         shown.contains("\n\ngithub/note: acme/widgets at true\n"),
         "{shown}"
     );
+    // The dashboard's Try page shows the same, from a Try link.
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = browser
+        .post(server.admin_url("/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={ADMIN_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let page = |path: &str| {
+        browser
+            .get(server.admin_url(path))
+            .header("cookie", &cookie)
+            .send()
+    };
+    let overview = page("/").await.unwrap().text().await.unwrap();
+    assert!(
+        overview.contains("href=\"/destinations/github/chat/try\""),
+        "{overview}"
+    );
+    let tried = page("/destinations/github/chat/try?last=5").await.unwrap();
+    assert_eq!(tried.status(), 200);
+    let tried = tried.text().await.unwrap();
+    assert!(
+        tried.contains("would send") && tried.contains("skipped"),
+        "{tried}"
+    );
+    assert!(
+        tried.contains(&CHAT_OUTPUT.replace('"', "&quot;")),
+        "{tried}"
+    );
+    assert!(tried.contains("authorization: [redacted]") && !tried.contains(TOKEN));
     assert_eq!(down.hits().len(), 3, "try sent something");
 
     server.terminate(Duration::from_secs(10)).await;
