@@ -18,7 +18,6 @@ fn job(body: impl Into<Bytes>) -> Job {
         delivery_id: "evt_1NG8Du2eZvKYlo2CUI79vXWy".into(),
         received_at: 1_700_000_000_000,
         event_type: Some("invoice.paid".into()),
-        received_at: 1_700_000_000_000,
         content_type: Some("application/json".into()),
         headers: serde_json::Map::new(),
         body: body.into(),

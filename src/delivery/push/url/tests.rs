@@ -113,7 +113,6 @@ fn job(body: &'static [u8]) -> Job {
         delivery_id: "72d3162e-cc78-11e3-81ab-4c9367dc0958".into(),
         received_at: 1_700_000_000_000,
         event_type: Some("push".into()),
-        received_at: 1_700_000_000_000,
         content_type: Some("application/x-www-form-urlencoded".into()),
         headers: headers.as_object().unwrap().clone(),
         body: Bytes::from_static(body),
