@@ -54,11 +54,13 @@ const STRIPE_SECRET: &str = "whsec_limits";
 /// (without `listen`, `admin_listen` and `database`): a github source with
 /// a command destination and redelivery, a stripe source with backfill and
 /// a pull destination, a
-/// source allowing the `"github"` IP set (so the set refresher runs), a
+/// source allowing the `"github"` IP set (so the set refresher runs) with a
+/// redis destination nobody answers, a
 /// gitlab source with resend, TLS
 /// from files, snapshots, an alert. Every API is a port nobody listens on.
 fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
     let nowhere = format!("http://{}", free_addr());
+    let (redis, mqtt) = (free_addr(), free_addr());
     toml::from_str(&format!(
         r#"
         [server.tls]
@@ -88,11 +90,24 @@ fn full_config(dir: &Path, tls: &Tls) -> toml::Table {
         kind = "shopify"
         secrets = ["s"]
         allow_ips = ["github"]
+        deliver = {{ redis = {{ url = "redis://{redis}", stream = "s" }} }}
         [[sources]]
         name = "gitlab"
         kind = "gitlab"
         secrets = ["s"]
         gitlab_redelivery = {{ project = 1, hook_id = 1, token = "t", api_url = "{nowhere}" }}
+        deliver = {{ mqtt = {{ url = "mqtt://{mqtt}", topic = "t" }} }}
+        [[sources]]
+        name = "paddle"
+        kind = "paddle"
+        secrets = ["pdl_ntfset_01limits_secret"]
+        paddle_replay = {{ api_key = "k", notification_setting_id = "ntfset_01limits", api_url = "{nowhere}" }}
+        [[sources]]
+        name = "square"
+        kind = "square"
+        secrets = ["square-signature-key"]
+        public_url = "https://hooks.example.com/hooks/square"
+        square_backfill = {{ access_token = "t", api_url = "{nowhere}" }}
         [[alerts]]
         url = "{nowhere}/alert"
         format = "slack"
@@ -132,8 +147,17 @@ fn shown(key: &str) -> String {
         Some(rest) if rest.starts_with("stripe_backfill") || rest.starts_with("deliver.pull") => {
             format!("sources[1] (\"stripe\").{rest}")
         }
-        Some(rest) if rest.starts_with("gitlab_redelivery") => {
+        Some(rest) if rest.starts_with("gitlab_redelivery") || rest.starts_with("deliver.mqtt") => {
             format!("sources[3] (\"gitlab\").{rest}")
+        }
+        Some(rest) if rest.starts_with("deliver.redis") => {
+            format!("sources[2] (\"shopify\").{rest}")
+        }
+        Some(rest) if rest.starts_with("paddle_replay") => {
+            format!("sources[4] (\"paddle\").{rest}")
+        }
+        Some(rest) if rest.starts_with("square_backfill") => {
+            format!("sources[5] (\"square\").{rest}")
         }
         Some(rest) => format!("sources[0] (\"github\").{rest}"),
         None => match key.strip_prefix("alerts.") {
