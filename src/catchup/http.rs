@@ -66,6 +66,21 @@ pub async fn excerpt(response: Response) -> String {
     crate::support::excerpt::bytes(&bytes[..bytes.len().min(300)])
 }
 
+/// The `code` and `detail` of the JSON error object at `pointer` in an
+/// error body (`/error` for Paddle, `/errors/0` for Square), empty when
+/// absent; the detail as [`excerpt`] cuts it.
+pub async fn error_fields(response: Response, pointer: &str) -> (String, String) {
+    let bytes = response.bytes().await.unwrap_or_default();
+    let error = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.pointer(pointer).cloned())
+        .unwrap_or_default();
+    let text = |k: &str| error.get(k).and_then(|v| v.as_str()).unwrap_or("");
+    let detail = text("detail");
+    let cut = crate::support::excerpt::bytes(&detail.as_bytes()[..detail.len().min(300)]);
+    (text("code").to_owned(), cut)
+}
+
 /// The `rel="next"` URL of a `Link` header, exactly as written.
 pub fn next_link(headers: &HeaderMap) -> Option<String> {
     headers
@@ -126,6 +141,23 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 mod tests {
     use super::*;
     use reqwest::header::HeaderValue;
+
+    fn response(body: &str) -> Response {
+        Response::from(axum::http::Response::new(body.to_owned()))
+    }
+
+    #[tokio::test]
+    async fn error_fields_read_paddles_and_squares_shapes_and_cut_the_detail() {
+        let paddle = r#"{"error":{"type":"request_error","code":"forbidden","detail":"no"}}"#;
+        let fields = error_fields(response(paddle), "/error").await;
+        assert_eq!(fields, ("forbidden".to_owned(), "no".to_owned()));
+        let long = "x".repeat(1000);
+        let square = format!(r#"{{"errors":[{{"code":"UNAUTHORIZED","detail":"{long}\n"}}]}}"#);
+        let (code, detail) = error_fields(response(&square), "/errors/0").await;
+        assert_eq!((code.as_str(), detail.len()), ("UNAUTHORIZED", 300));
+        let (code, detail) = error_fields(response("<html>bad gateway"), "/error").await;
+        assert_eq!((code.as_str(), detail.as_str()), ("", ""));
+    }
 
     #[test]
     fn next_links_are_taken_verbatim_from_among_the_others() {

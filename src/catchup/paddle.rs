@@ -237,27 +237,8 @@ async fn check(response: Response, doing: &str) -> anyhow::Result<Response> {
         StatusCode::NOT_FOUND => "no such notification destination (check notification_setting_id)",
         _ => "unexpected answer",
     };
-    let (code, detail) = error_of(response).await;
+    let (code, detail) = super::http::error_fields(response, "/error").await;
     bail!("Paddle answered {status} {doing}: {hint}: {code}: {detail}")
-}
-
-/// Paddle's error `code` and `detail`, shortened.
-async fn error_of(response: Response) -> (String, String) {
-    let bytes = response.bytes().await.unwrap_or_default();
-    let error = serde_json::from_slice::<Value>(&bytes)
-        .ok()
-        .and_then(|v| v.get("error").cloned())
-        .unwrap_or_default();
-    let text = |k: &str| {
-        error
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
-    };
-    let detail = text("detail");
-    let detail = crate::support::excerpt::bytes(&detail.as_bytes()[..detail.len().min(300)]);
-    (text("code"), detail)
 }
 
 /// One replay request: `POST /notifications/{id}/replay`.
@@ -302,7 +283,7 @@ impl Resend for Paddle<'_> {
             };
             return Answer::Stop(Some(code), e);
         }
-        let (error, detail) = error_of(response).await;
+        let (error, detail) = super::http::error_fields(response, "/error").await;
         let why = format!("{error}: {detail}");
         if status.is_client_error() && error != "notification_cannot_replay" {
             // Not retained any more (past 90 days), not an `event`

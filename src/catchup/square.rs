@@ -171,24 +171,8 @@ async fn check(response: Response) -> anyhow::Result<Response> {
         }
         _ => "unexpected answer",
     };
-    let bytes = response.bytes().await.unwrap_or_default();
-    let first = serde_json::from_slice::<Value>(&bytes)
-        .ok()
-        .and_then(|v| v.pointer("/errors/0").cloned())
-        .unwrap_or_default();
-    let text = |k: &str| {
-        first
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
-    };
-    let detail = text("detail");
-    let detail = crate::support::excerpt::bytes(&detail.as_bytes()[..detail.len().min(300)]);
-    bail!(
-        "Square answered {status} searching events: {hint}: {}: {detail}",
-        text("code")
-    )
+    let (code, detail) = super::http::error_fields(response, "/errors/0").await;
+    bail!("Square answered {status} searching events: {hint}: {code}: {detail}")
 }
 
 #[cfg(test)]
