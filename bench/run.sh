@@ -17,6 +17,7 @@
 #   SCENARIOS="new wrk" bench/run.sh   # hookbox-loadgen and Debian's wrk on the same ingest
 #   FLOOR=1 bench/run.sh               # first what the machine allows any receiver (bench/floor.sh)
 #   BROKERS=1 SCENARIOS=deliver bench/run.sh   # deliver beside each broker kind
+#   SCENARIOS=perf bench/run.sh        # Perf II's four figures beside the floor (bench/perf.sh)
 #
 # Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
 # = false`: ingest without the full-text index, to compare; not in the
@@ -179,6 +180,14 @@ for scenario in $SCENARIOS; do
         echo
         continue
     fi
+    if [ "$scenario" = perf ]; then
+        # Its own sittings: the floor, then Perf II's four figures beside it.
+        echo "== perf"
+        SITTINGS="$RUNS" DURATION="$DURATION" CONNECTIONS="$CONNECTIONS" DRAIN_TIMEOUT="$DRAIN_TIMEOUT" \
+            bench/perf.sh || failed=1
+        echo
+        continue
+    fi
     if [ "$scenario" = floor ]; then
         echo "== floor"
         RUNS="$RUNS" DURATION="$DURATION" CONNECTIONS="$CONNECTIONS" bench/floor.sh || failed=1
@@ -214,7 +223,7 @@ for scenario in $SCENARIOS; do
             else
                 extra=(--outage before "${outage[@]}")
             fi ;;
-        *) echo "unknown scenario: $scenario (use new, new_nosearch, wrk, floor, dup90, dupNN, deliver, deliver2, deliver_idle, transform, deliver_nats, deliver_redis, deliver_amqp, deliver_mqtt, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
+        *) echo "unknown scenario: $scenario (use perf, new, new_nosearch, wrk, floor, dup90, dupNN, deliver, deliver2, deliver_idle, transform, deliver_nats, deliver_redis, deliver_amqp, deliver_mqtt, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
     esac
     runs="$RUNS"
     connections="$CONNECTIONS"
