@@ -1,10 +1,8 @@
 //! Placeholders in a command destination's argv.
 //!
-//! Any argv element may hold `{/json/pointer}` (the value at that pointer
-//! of a JSON body: a string as it is, anything else as its compact JSON,
-//! missing or a body that is not JSON: empty), `{event_type}` (empty when
-//! the event has none), `{delivery_id}` and `{source}`. Anything else in
-//! braces, `{}` included, is literal text. An element stays one argument
+//! Any argv element but the program may hold the placeholders of
+//! [`super::placeholders`] (`{source}`, `{destination}`, `{delivery_id}`,
+//! `{event_type}`, `{/json/pointer}`). An element stays one argument
 //! whatever its placeholders expand to: no shell ever sees it, so a value
 //! that starts with `-` or holds `;`, quotes or spaces is just data (a
 //! program that parses options should end them with `--` before it).
@@ -15,30 +13,13 @@
 //! config that holds the parsed template, so that config needs no other
 //! module of hookbox.
 
-/// What of an event the placeholders read. Borrowed from the dispatcher's
-/// job, so config needs no type of `crate::delivery::push`.
-#[derive(Debug, Clone, Copy)]
-pub struct Event<'a> {
-    pub source: &'a str,
-    pub delivery_id: &'a str,
-    pub event_type: Option<&'a str>,
-    /// The exact bytes received.
-    pub body: &'a [u8],
-}
+pub use super::placeholders::Event;
+use super::placeholders::{Part, Values, parse};
 
 /// A command's argv, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
     args: Vec<Vec<Part>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Part {
-    Literal(String),
-    Pointer(String),
-    EventType,
-    DeliveryId,
-    Source,
 }
 
 impl Template {
@@ -49,7 +30,7 @@ impl Template {
         let args: Vec<Vec<Part>> = argv
             .iter()
             .enumerate()
-            .map(|(i, arg)| parse_arg(arg).map_err(|why| (i, why)))
+            .map(|(i, arg)| parse(arg).map_err(|why| (i, why)))
             .collect::<Result<_, _>>()?;
         if let Some(program) = args.first()
             && program.iter().any(|p| !matches!(p, Part::Literal(_)))
@@ -64,75 +45,12 @@ impl Template {
 
     /// The argv for one delivery of an event: program first.
     pub fn render(&self, event: &Event) -> Vec<String> {
-        let uses_body = self
-            .args
-            .iter()
-            .flatten()
-            .any(|p| matches!(p, Part::Pointer(_)));
-        let json: Option<serde_json::Value> = uses_body
-            .then(|| serde_json::from_slice(event.body).ok())
-            .flatten();
+        let values = Values::new(event, self.args.iter().flatten());
         self.args
             .iter()
-            .map(|parts| {
-                let mut arg = String::new();
-                for part in parts {
-                    match part {
-                        Part::Literal(text) => arg.push_str(text),
-                        Part::EventType => arg.push_str(event.event_type.unwrap_or("")),
-                        Part::DeliveryId => arg.push_str(event.delivery_id),
-                        Part::Source => arg.push_str(event.source),
-                        Part::Pointer(pointer) => {
-                            match json.as_ref().and_then(|j| j.pointer(pointer)) {
-                                Some(serde_json::Value::String(s)) => arg.push_str(s),
-                                Some(other) => arg.push_str(&other.to_string()),
-                                None => {}
-                            }
-                        }
-                    }
-                }
-                arg
-            })
+            .map(|parts| parts.iter().map(|p| values.get(p)).collect())
             .collect()
     }
-}
-
-fn parse_arg(arg: &str) -> Result<Vec<Part>, String> {
-    let mut parts = Vec::new();
-    let mut literal = String::new();
-    let mut rest = arg;
-    while let Some(open) = rest.find('{') {
-        let Some(len) = rest[open..].find('}') else {
-            break;
-        };
-        let inner = &rest[open + 1..open + len];
-        let part = match inner {
-            "event_type" => Some(Part::EventType),
-            "delivery_id" => Some(Part::DeliveryId),
-            "source" => Some(Part::Source),
-            p if p.starts_with('/') => {
-                super::route::check_pointer(p).map_err(|why| format!("{{{p}}} {why}"))?;
-                Some(Part::Pointer(p.to_owned()))
-            }
-            _ => None,
-        };
-        match part {
-            Some(part) => {
-                literal.push_str(&rest[..open]);
-                if !literal.is_empty() {
-                    parts.push(Part::Literal(std::mem::take(&mut literal)));
-                }
-                parts.push(part);
-            }
-            None => literal.push_str(&rest[..=open + len]),
-        }
-        rest = &rest[open + len + 1..];
-    }
-    literal.push_str(rest);
-    if !literal.is_empty() {
-        parts.push(Part::Literal(literal));
-    }
-    Ok(parts)
 }
 
 #[cfg(test)]
@@ -142,6 +60,7 @@ mod tests {
     fn job<'a>(body: &'a [u8], event_type: Option<&'a str>) -> Event<'a> {
         Event {
             source: "github",
+            destination: "run",
             delivery_id: "d-1",
             event_type,
             body,

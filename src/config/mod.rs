@@ -39,6 +39,7 @@ mod kind;
 pub mod limits;
 mod load;
 mod ops;
+pub mod placeholders;
 mod redact;
 pub mod route;
 mod secret;

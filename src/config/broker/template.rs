@@ -30,15 +30,8 @@ pub struct NameRules {
 }
 
 /// What of an event the placeholders read, borrowed from the attempt.
-#[derive(Debug, Clone, Copy)]
-pub struct Names<'a> {
-    pub source: &'a str,
-    pub destination: &'a str,
-    pub delivery_id: &'a str,
-    pub event_type: Option<&'a str>,
-    /// The bytes the message carries (read only for `{/pointer}`).
-    pub body: &'a [u8],
-}
+pub use crate::config::placeholders::Event as Names;
+use crate::config::placeholders::{Part, Values, parse};
 
 /// A parsed name with its broker's rules.
 #[derive(Clone)]
@@ -62,16 +55,6 @@ impl fmt::Debug for NameTemplate {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Part {
-    Literal(String),
-    Pointer(String),
-    Source,
-    Destination,
-    DeliveryId,
-    EventType,
-}
-
 impl NameTemplate {
     /// Parses `text`; `Err` says why it cannot be a name under `rules`
     /// (a bad pointer, literal text the broker refuses).
@@ -84,7 +67,7 @@ impl NameTemplate {
         };
         // Every value renders to at least `_`: what is left to refuse is
         // the operator's literal text.
-        let sample = template.render_with(|_| "x".to_owned());
+        let sample = template.render_with(|_| "x");
         (rules.check)(&sample).map_err(|why| format!("is not a valid {}: {why}", rules.what))?;
         Ok(template)
     }
@@ -97,34 +80,20 @@ impl NameTemplate {
     /// The name for one event; `Err(why)` when even with safe values the
     /// broker would refuse it (a name grown past the broker's length).
     pub fn render(&self, names: &Names) -> Result<String, String> {
-        let uses_body = self.parts.iter().any(|p| matches!(p, Part::Pointer(_)));
-        let json: Option<serde_json::Value> = uses_body
-            .then(|| serde_json::from_slice(names.body).ok())
-            .flatten();
-        let name = self.render_with(|part| match part {
-            Part::Literal(_) => unreachable!("literals are not values"),
-            Part::Source => names.source.to_owned(),
-            Part::Destination => names.destination.to_owned(),
-            Part::DeliveryId => names.delivery_id.to_owned(),
-            Part::EventType => names.event_type.unwrap_or_default().to_owned(),
-            Part::Pointer(pointer) => match json.as_ref().and_then(|j| j.pointer(pointer)) {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
-            },
-        });
+        let values = Values::new(names, &self.parts);
+        let name = self.render_with(|part| values.get(part));
         (self.rules.check)(&name)
             .map_err(|why| format!("the {} {name:?} is not valid: {why}", self.rules.what))?;
         Ok(name)
     }
 
     /// The name with each placeholder's value from `value`, made safe.
-    fn render_with(&self, value: impl Fn(&Part) -> String) -> String {
+    fn render_with<'p, V: AsRef<str>>(&'p self, value: impl Fn(&'p Part) -> V) -> String {
         let mut name = String::new();
         for part in &self.parts {
             match part {
                 Part::Literal(text) => name.push_str(text),
-                other => name.push_str(&self.safe(&value(other))),
+                other => name.push_str(&self.safe(value(other).as_ref())),
             }
         }
         name
@@ -141,45 +110,6 @@ impl NameTemplate {
         }
         safe
     }
-}
-
-fn parse(text: &str) -> Result<Vec<Part>, String> {
-    let mut parts = Vec::new();
-    let mut literal = String::new();
-    let mut rest = text;
-    while let Some(open) = rest.find('{') {
-        let Some(len) = rest[open..].find('}') else {
-            break;
-        };
-        let inner = &rest[open + 1..open + len];
-        let part = match inner {
-            "source" => Some(Part::Source),
-            "destination" => Some(Part::Destination),
-            "delivery_id" => Some(Part::DeliveryId),
-            "event_type" => Some(Part::EventType),
-            p if p.starts_with('/') => {
-                crate::config::route::check_pointer(p).map_err(|why| format!("{{{p}}} {why}"))?;
-                Some(Part::Pointer(p.to_owned()))
-            }
-            _ => None,
-        };
-        match part {
-            Some(part) => {
-                literal.push_str(&rest[..open]);
-                if !literal.is_empty() {
-                    parts.push(Part::Literal(std::mem::take(&mut literal)));
-                }
-                parts.push(part);
-            }
-            None => literal.push_str(&rest[..=open + len]),
-        }
-        rest = &rest[open + len + 1..];
-    }
-    literal.push_str(rest);
-    if !literal.is_empty() {
-        parts.push(Part::Literal(literal));
-    }
-    Ok(parts)
 }
 
 /// ASCII letters, digits, `-` and `_`: safe in every broker's names.

@@ -246,6 +246,7 @@ impl Drop for GroupGuard {
 pub fn argv(template: &Template, job: &Job) -> Vec<String> {
     template.render(&Event {
         source: &job.source,
+        destination: &job.destination,
         delivery_id: &job.delivery_id,
         event_type: job.event_type.as_deref(),
         body: &job.body,
