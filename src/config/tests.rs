@@ -290,9 +290,20 @@ fn a_url_destination_gets_its_key_and_every_default() {
     assert_eq!(d.max_attempts, 12);
     assert_eq!(d.backoff_base, Duration::from_secs(30));
     assert_eq!(d.backoff_cap, Duration::from_secs(3600));
-    assert_eq!(d.concurrency, 4);
+    assert_eq!(d.concurrency, 16);
     assert_eq!(d.permanent_statuses, [400, 401, 403, 404, 410, 422]);
     assert!(!format!("{d:?}").contains(&format!("{signing_key:?}")));
+}
+
+#[test]
+fn a_command_keeps_four_attempts_at_once_and_a_given_concurrency_wins() {
+    let command = with_deliver(r#"command = ["/bin/true"]"#).unwrap();
+    assert_eq!(command.sources[0].destinations[0].concurrency, 4);
+    let url = with_deliver(&format!(
+        r#"url = "http://127.0.0.1:3000/", signing_secret = "{WHSEC}", concurrency = 3"#
+    ))
+    .unwrap();
+    assert_eq!(url.sources[0].destinations[0].concurrency, 3);
 }
 
 #[test]

@@ -401,6 +401,33 @@ async fn no_more_attempts_run_at_once_than_the_source_s_concurrency() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_destination_runs_sixteen_attempts_at_once_by_default() {
+    // Slow answers: every attempt of the burst is in flight together, up
+    // to the default limit, which a backlog at a nearby endpoint needs to
+    // keep pace with ingest (the benchmark page).
+    let down = Downstream::start(|_, _| Reply::status(204).after(Duration::from_secs(2))).await;
+    let app = TestApp::spawn(&deliver_source(
+        "github",
+        &url_destination(&down.url()),
+        "5s",
+        3,
+    ))
+    .await;
+    let mut ids = Vec::new();
+    for n in 0..24 {
+        let body = repo_body(&format!("acme/{n}"), n);
+        let delivery = format!("s{n}");
+        ids.push(post_event(app.addr, "github", &delivery, "application/json", &body).await);
+    }
+    for id in ids {
+        wait_for_state(&app.db_path, id, "delivered").await;
+    }
+    assert_eq!(down.max_in_flight(), 16);
+    assert_eq!(down.hits().len(), 24);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replayed_event_waits_for_the_event_of_its_key_in_flight() {
     const SLOW: Duration = Duration::from_millis(1500);
     let down = Downstream::start(|delivery, _| match delivery {
