@@ -349,7 +349,7 @@ concurrency = 1"#,
     let d = &config.sources[0].destinations;
     let names: Vec<&str> = d.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, ["deploy", "notify"]);
-    assert_eq!((d[0].concurrency, d[1].concurrency), (1, 4));
+    assert_eq!((d[0].concurrency, d[1].concurrency), (1, 16));
     let push_to_main = super::route::Body::new(br#"{"ref": "refs/heads/main"}"#, true);
     assert!(d[0].filter.matches(Some("push"), &push_to_main));
     assert!(!d[0].filter.matches(Some("issues"), &push_to_main));
