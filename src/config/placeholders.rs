@@ -1,6 +1,6 @@
 //! Placeholders in text the operator writes, filled per event: a command's
 //! argv ([`super::argv`]) and a broker's subject, stream, routing key or
-//! topic ([`super::broker::template`]).
+//! topic (`config::broker::template`).
 //!
 //! `{source}`, `{destination}`, `{delivery_id}`, `{event_type}` (empty
 //! when the event has none) and `{/json/pointer}` (the value at that
