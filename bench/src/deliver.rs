@@ -125,6 +125,7 @@ pub fn config(lanes: &[Lane], addr: SocketAddr, routes: bool, transform: Option<
             url: url(one),
             signing_secret: whsec(&one.key),
             transform: transform.map(str::to_owned),
+            concurrency: None,
         },
         many => Deliver::Routes(
             many.iter()

@@ -143,6 +143,10 @@ struct Args {
     /// byte, so the downstream's checks hold).
     #[arg(long, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
     transform: Option<String>,
+    /// With --deliver: the destination's `concurrency` (without it, the
+    /// kind's default), to compare attempts in flight.
+    #[arg(long, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
+    concurrency: Option<usize>,
     /// One connection sending one request every 20 ms (overrides
     /// --connections and --pace-ms): latency when idle.
     #[arg(long)]
@@ -401,7 +405,7 @@ async fn scenario(args: Args) -> Result<bool> {
         None => None,
     };
     if let Some(b) = &broker {
-        deliver_to = Deliver::Broker(b.destination());
+        deliver_to = Deliver::Broker(b.destination(), args.concurrency);
     }
     if url_deliver {
         // `hookbox listen` forwards the provider's body and headers, with
@@ -419,6 +423,9 @@ async fn scenario(args: Args) -> Result<bool> {
         } else {
             deliver::config(&lanes, d.addr, args.routes, args.transform.as_deref())
         };
+        if let (Deliver::One { concurrency, .. }, Some(n)) = (&mut deliver_to, args.concurrency) {
+            *concurrency = Some(n);
+        }
         downstream = Some(d);
     }
     let (mut server, startup) =

@@ -89,17 +89,24 @@ impl Server {
                 url,
                 signing_secret,
                 transform,
+                concurrency,
             } => {
                 toml.push_str(&deliver_toml(url, signing_secret));
                 if let Some(program) = transform {
                     toml.push_str(&format!("transform = {program:?}\n"));
                 }
+                if let Some(n) = concurrency {
+                    toml.push_str(&format!("concurrency = {n}\n"));
+                }
             }
             Deliver::Routes(routes) => toml.push_str(&routes_toml(routes)),
             Deliver::Pull(pull) => toml.push_str(&pull_toml(pull)),
             Deliver::Protected(p) => toml.push_str(&protected_toml(p)),
-            Deliver::Broker(kind) => {
+            Deliver::Broker(kind, concurrency) => {
                 toml.push_str(&format!("\n[sources.deliver]\n{kind}\n"));
+                if let Some(n) = concurrency {
+                    toml.push_str(&format!("concurrency = {n}\n"));
+                }
             }
         }
         std::fs::write(&config, toml).with_context(|| format!("writing {}", config.display()))?;
@@ -264,6 +271,8 @@ pub enum Deliver {
         signing_secret: String,
         /// A jq program for `transform` (the transform scenario).
         transform: Option<String>,
+        /// `concurrency`; `None`: the default.
+        concurrency: Option<usize>,
     },
     /// `[[sources.deliver]]`: named destinations, each with its filter.
     Routes(Vec<Route>),
@@ -274,8 +283,9 @@ pub enum Deliver {
     /// scenario).
     Protected(Protected),
     /// The single `[sources.deliver]` table with a broker kind: its one
-    /// line, `nats = { url = .., subject = .. }` and the like.
-    Broker(String),
+    /// line, `nats = { url = .., subject = .. }` and the like, and its
+    /// `concurrency` (`None`: the kind's default).
+    Broker(String, Option<usize>),
 }
 
 /// A url destination with its rate and circuit breaker, and the source's
