@@ -488,16 +488,17 @@ fn validate(
     })
 }
 
-/// A destination's `concurrency` when its table gives none, but for a url.
+/// A command or pull destination's `concurrency` when its table gives none.
 pub const DEFAULT_CONCURRENCY: usize = 4;
 
 /// A url destination's `concurrency` when its table gives none. An attempt
 /// to a nearby endpoint is mostly waiting (a round trip, a body read), so
 /// four in flight bound delivery below what ingest accepts (2,900/s
 /// against 3,000/s at a quarter of the disk's floor, the backlog growing,
-/// on the benchmark page); sixteen keep pace there. A command or a broker
-/// that confirms after an fsync costs its host more per attempt, and
-/// keeps [`DEFAULT_CONCURRENCY`].
+/// on the benchmark page); sixteen keep pace there. A command
+/// costs its host more per attempt, and keeps [`DEFAULT_CONCURRENCY`]; a
+/// broker kind pipelines its publishes on one connection and has
+/// `super::broker::CONCURRENCY`.
 pub const DEFAULT_URL_CONCURRENCY: usize = 16;
 
 /// What `concurrency` a destination of this kind has when its table gives
@@ -505,6 +506,10 @@ pub const DEFAULT_URL_CONCURRENCY: usize = 16;
 pub fn default_concurrency(destination: &Destination) -> usize {
     match destination {
         Destination::Url { .. } => DEFAULT_URL_CONCURRENCY,
+        Destination::Nats(_)
+        | Destination::Redis(_)
+        | Destination::Amqp(_)
+        | Destination::Mqtt(_) => super::broker::CONCURRENCY,
         _ => DEFAULT_CONCURRENCY,
     }
 }

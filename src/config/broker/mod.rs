@@ -19,6 +19,16 @@ pub use template::{NameRules, NameTemplate, Names};
 
 use super::secret::{self, Secret};
 
+/// A broker destination's `concurrency` when its table names none: the
+/// publishes awaiting the broker's confirmation at once. Redis and
+/// RabbitMQ confirm a message only once it is on their disk, one fsync
+/// at a time, and each fsync covers whatever arrived meanwhile on the
+/// one connection; NATS and MQTT pay a round trip. So a broker delivers
+/// about this many per fsync or round trip, where url's 4 would leave it
+/// waiting: concurrency, not the broker, set the rate. Each attempt in
+/// flight holds its body in memory (at most this many bodies).
+pub const CONCURRENCY: usize = 64;
+
 /// A broker's URL, resolved from its secret reference (it carries the
 /// credentials): its `Debug` shows only the scheme, host and port.
 #[derive(Clone, PartialEq, Eq)]

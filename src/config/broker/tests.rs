@@ -38,6 +38,39 @@ fn each_broker_table_loads_with_its_defaults() {
 }
 
 #[test]
+fn a_broker_destination_defaults_to_more_publishes_in_flight_than_url() {
+    let concurrency = |table: &str| {
+        load(table)
+            .unwrap_or_else(|e| panic!("{table}: {e}"))
+            .sources[0]
+            .destinations[0]
+            .concurrency
+    };
+    for table in [
+        r#"nats = { url = "nats://n:4222", subject = "a" }"#,
+        r#"redis = { url = "redis://r:6379", stream = "s" }"#,
+        r#"amqp = { url = "amqp://a/%2f", exchange = "", routing_key = "q" }"#,
+        r#"mqtt = { url = "mqtt://m:1883", topic = "t" }"#,
+    ] {
+        assert_eq!(concurrency(table), super::CONCURRENCY, "{table}");
+        assert_eq!(
+            concurrency(&format!("{table}, concurrency = 2")),
+            2,
+            "{table}"
+        );
+    }
+    assert_eq!(super::CONCURRENCY, 64);
+    assert_eq!(
+        concurrency(
+            r#"url = "http://127.0.0.1:9/", signing_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw""#
+        ),
+        crate::config::deliver::DEFAULT_URL_CONCURRENCY
+    );
+    let refused = problems(r#"redis = { url = "redis://r:6379", stream = "s" }, concurrency = 0"#);
+    assert!(refused.contains(&format!("{AT}.concurrency")), "{refused}");
+}
+
+#[test]
 fn each_problem_is_named_under_its_key_and_never_shows_the_url() {
     for (table, needle) in [
         (
