@@ -42,7 +42,6 @@ max_attempts = {max_attempts}
 backoff_base = "100ms"
 backoff_cap = "500ms"
 breaker_failures = 0
-concurrency = 8
 "#
     )
 }
@@ -81,7 +80,10 @@ impl Hookbox {
         let delivery = format!("{tag}-{n}");
         let body = format!(
             r#"{{"repository":{{"full_name":"acme/r{}"}},"n":{n},"tag":"{tag}","pad":"{}"}}"#,
-            n % 4,
+            // 32 order keys: up to 32 publishes in flight at the broker
+            // kinds' default concurrency, on the destination's one
+            // connection.
+            n % 32,
             // JSON escapes and non-ASCII text: bytes a broker must keep.
             "é\\\"\\\\".repeat(n % 3)
         )
