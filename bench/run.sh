@@ -17,6 +17,7 @@
 #   SCENARIOS="new wrk" bench/run.sh   # hookbox-loadgen and Debian's wrk on the same ingest
 #   FLOOR=1 bench/run.sh               # first what the machine allows any receiver (bench/floor.sh)
 #   BROKERS=1 SCENARIOS=deliver bench/run.sh   # deliver beside each broker kind
+#   BROKERS=1 bench/run.sh --concurrency 4     # ... with that destination concurrency
 #   SCENARIOS=perf bench/run.sh        # Perf II's four figures beside the floor (bench/perf.sh)
 #
 # Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
