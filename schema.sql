@@ -208,23 +208,6 @@ CREATE TABLE destination_pauses (
     PRIMARY KEY (source, destination, cause)
 ) WITHOUT ROWID;
 
--- Version 11: full-text search of event bodies (see
--- src/store/migrations/0011_search.sql for the choices).
-CREATE VIRTUAL TABLE events_fts USING fts5 (
-    body,
-    content = '',
-    contentless_delete = 1,
-    tokenize = 'unicode61 remove_diacritics 2'
-);
--- Merged by the writer in small pieces, never by FTS5 itself (version 14).
-INSERT INTO events_fts (events_fts, rank) VALUES ('automerge', 0);
-CREATE TRIGGER events_fts_delete AFTER DELETE ON events BEGIN
-    DELETE FROM events_fts WHERE rowid = old.id;
-END;
-CREATE TRIGGER events_fts_drop_body AFTER UPDATE OF body ON events
-    WHEN new.body IS NULL AND old.body IS NOT NULL BEGIN
-    DELETE FROM events_fts WHERE rowid = old.id;
-END;
 -- Version 12: requests /hooks/* refused, for "what did hookbox refuse, and
 -- why?". Bounded: the writer keeps the newest 10,000 rows, deleting by id
 -- (ids only grow, and the newest row is never deleted). Never a body, a

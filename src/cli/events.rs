@@ -69,7 +69,9 @@ fn events(config: &Config, filter: &EventFilter, json: bool) -> anyhow::Result<(
     // open keeps the server's checkpoints from emptying the WAL.
     let rows = match filter.q {
         None => list(&conn, filter)?,
-        Some(_) => search::with_deadline(&conn, config.search.timeout, |c| list(c, filter))
+        Some(_) => search::file::attach(&conn, &config.server.database)
+            .map_err(SearchError::Failed)
+            .and_then(|()| search::with_deadline(&conn, config.search.timeout, |c| list(c, filter)))
             .map_err(|e| match e {
                 SearchError::Failed(e) => e,
                 other => anyhow::anyhow!("{other}"),

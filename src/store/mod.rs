@@ -83,20 +83,26 @@ pub struct Store {
     writer_metrics: WriterMetrics,
 }
 
-/// The writer thread, to be joined at shutdown once every handle is gone.
-pub struct WriterThread(JoinHandle<()>);
+/// The writer thread, to be joined at shutdown once every handle is gone,
+/// and the search indexer's, if search is on.
+pub struct WriterThread(JoinHandle<()>, Option<search::indexer::IndexerThread>);
 
 impl WriterThread {
-    /// Waits for the writer to answer what is queued, checkpoint and stop.
+    /// Stops the indexer, then waits for the writer to answer what is
+    /// queued, checkpoint and stop.
     pub fn join(self) {
+        if let Some(indexer) = self.1 {
+            indexer.stop();
+        }
         if self.0.join().is_err() {
             tracing::error!("the writer thread panicked");
         }
     }
 }
 
-/// Opens (creating if needed) the database at `path`.
-/// With search off, the search index is emptied and nothing is indexed.
+/// Opens (creating if needed) the database at `path`, and with search on
+/// its index file beside it, whose indexer starts; with search off, that
+/// file is removed and nothing is indexed.
 pub fn open(
     path: &Path,
     durability: Durability,
@@ -104,7 +110,16 @@ pub fn open(
     search: &SearchConfig,
 ) -> anyhow::Result<(Store, WriterHandle, WriterThread)> {
     let conn = open_writer_connection(path)?;
-    let indexer = search::Indexer::open(&conn, search.enabled)?;
+    let indexer = if search.enabled {
+        Some(search::indexer::spawn(path)?)
+    } else {
+        if search::file::remove(path)? {
+            // A self-hoster who turned search off does not want the words
+            // of bodies kept; turned on again, it is rebuilt.
+            tracing::info!("search is off: removed the search index");
+        }
+        None
+    };
     let interrupted = deliveries::interrupt_all(&conn)?;
     if interrupted > 0 {
         tracing::info!(
@@ -129,14 +144,14 @@ pub fn open(
         poisoned,
         recent,
         progress: Arc::default(),
-        indexer,
         rejections: rejections::RejectionQueue::new(
             rejections::BUFFER,
             writer_metrics.rejections_dropped.clone(),
         ),
         keep_rejections: rejections::KEEP,
     };
-    start(conn, helpers, queue, path, search.timeout)
+    let (store, writer, thread) = start(conn, helpers, queue, path, search.timeout)?;
+    Ok((store, writer, WriterThread(thread.0, indexer)))
 }
 
 /// Starts the writer thread on `conn` and opens the read pools beside it.
@@ -161,7 +176,7 @@ fn start(
         .max_size(SEARCH_CONNECTIONS)
         .min_idle(Some(0))
         .connection_timeout(SEARCH_WAIT)
-        .build(reader(path))
+        .build(searcher(path))
         .context("opening the search connection pool")?;
     let store = Store {
         pool,
@@ -170,7 +185,7 @@ fn start(
         path: path.to_path_buf(),
         writer_metrics,
     };
-    Ok((store, writer, WriterThread(join)))
+    Ok((store, writer, WriterThread(join, None)))
 }
 
 /// Read-only connections to `path`, for a pool.
@@ -183,6 +198,25 @@ fn reader(path: &Path) -> SqliteConnectionManager {
             c.pragma_update(None, "foreign_keys", "ON")?;
             c.pragma_update(None, "query_only", "ON")
         })
+}
+
+/// Read-only connections to `path` with its search index attached, for
+/// the search pool. Without an index file (not built yet, or search off)
+/// the connection opens without it and a search says so.
+fn searcher(path: &Path) -> SqliteConnectionManager {
+    let db = path.to_path_buf();
+    reader(path).with_init(move |c| {
+        plan_once(c)?;
+        c.busy_timeout(BUSY_TIMEOUT)?;
+        c.pragma_update(None, "foreign_keys", "ON")?;
+        c.pragma_update(None, "query_only", "ON")?;
+        if search::file::path_of(&db).exists()
+            && let Err(e) = search::file::attach(c, &db)
+        {
+            tracing::warn!(error = %format!("{e:#}"), "could not open the search index");
+        }
+        Ok(())
+    })
 }
 
 /// The one connection that writes rows: WAL, schema.
@@ -282,7 +316,6 @@ pub fn open_for_cli(path: &Path) -> anyhow::Result<(Store, WriterHandle, WriterT
         poisoned,
         recent: Arc::default(),
         progress: Arc::default(),
-        indexer: None,
         // Nothing is refused here: the queue stays empty.
         rejections: rejections::RejectionQueue::new(1, metrics.rejections_dropped.clone()),
         keep_rejections: rejections::KEEP,
@@ -356,6 +389,7 @@ impl Store {
     {
         let pool = self.search_pool.clone();
         let limit = self.search_timeout;
+        let db = self.path.clone();
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
@@ -365,6 +399,10 @@ impl Store {
                 tracing::debug!(error = %e, "no search connection came free");
                 search::SearchError::Busy(SEARCH_WAIT)
             })?;
+            if !search::file::attached(&conn)? {
+                // Built since this connection opened (or never): try again.
+                search::file::attach(&conn, &db)?;
+            }
             search::with_deadline(&conn, limit, f)
         })
         .await

@@ -196,6 +196,7 @@ pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
                 }
             }
             pruned.rows = pruned.keys.len();
+            super::search::removed(conn, pruned.rows)?;
         }
         Prune::Bodies => {
             let mut drop_body = conn.prepare_cached(&format!(
@@ -206,6 +207,7 @@ pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
                     .execute(params![id, batch.before])
                     .context("dropping an expired body")?;
             }
+            super::search::removed(conn, pruned.rows)?;
         }
         Prune::CatchupRuns => {
             let mut count_requests = conn.prepare_cached(&format!(
@@ -367,6 +369,7 @@ impl Write for PurgeBatch {
                 .execute(params![self.before, self.source, id])
                 .context("purging a dead event")?;
         }
+        super::search::removed(tx, purged)?;
         Ok(purged)
     }
 }

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 19;
+pub const SCHEMA_VERSION: i64 = 20;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -36,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0017_lease_secrets.sql"),
     include_str!("migrations/0018_catchup_ledger.sql"),
     include_str!("migrations/0019_skipped.sql"),
+    include_str!("migrations/0020_search_file.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {
@@ -572,6 +573,43 @@ mod tests {
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();
         assert_eq!(check, "ok");
+    }
+
+    #[test]
+    fn version_20_takes_the_search_index_out_of_the_database_and_keeps_every_event() {
+        let mut conn = at_version(19);
+        // As version 19's writer left it: two events indexed, the mark.
+        conn.execute_batch(
+            "INSERT INTO events (id, source, delivery_id, received_at, body, state)
+             VALUES (1, 's', 'a', 1, 'alpha', 'stored'), (2, 's', 'b', 2, 'bravo', 'stored');
+             INSERT INTO events_fts (rowid, body) VALUES (1, 'alpha'), (2, 'bravo');
+             INSERT INTO meta (key, value) VALUES ('search_indexed_through', '2');",
+        )
+        .unwrap();
+        apply(&mut conn).unwrap();
+        let left: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name LIKE 'events_fts%'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            left, 0,
+            "the index, its shadow tables and triggers are gone"
+        );
+        let marks: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM meta WHERE key = 'search_indexed_through'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(marks, 0, "the mark went with it");
+        // Events delete and lose bodies without the triggers.
+        conn.execute_batch("DELETE FROM events WHERE id = 1; UPDATE events SET body = NULL;")
+            .unwrap();
+        assert_eq!(rows_of(&conn, "events").len(), 1);
     }
 
     #[test]

@@ -52,7 +52,6 @@ use super::counters::{self, Tally};
 use super::error::StoreError;
 use super::recent::RecentKeys;
 use super::rejections::{Rejection, RejectionQueue};
-use super::search::Indexer;
 use super::syncer::Syncer;
 use super::write::Queued;
 use crate::telemetry::metrics::WriterMetrics;
@@ -61,7 +60,6 @@ mod handle;
 mod idle;
 
 pub use handle::WriterHandle;
-use idle::INDEX_PER_COMMAND;
 
 /// Most commands in one transaction: bounds how long the first waiter of a
 /// group waits for the last one's work.
@@ -195,8 +193,6 @@ pub struct Helpers {
     pub recent: Arc<RecentKeys>,
     /// Counts committed groups (see [`WriterHandle::heartbeat`]).
     pub progress: Arc<AtomicU64>,
-    /// `None` with search off.
-    pub indexer: Option<Indexer>,
     /// Refused requests: the receive path's end, and the writer's.
     pub rejections: (RejectionQueue, mpsc::Receiver<Rejection>),
     /// Rows the rejections table keeps ([`super::rejections::KEEP`]).
@@ -246,8 +242,6 @@ struct Writer {
     file: FileIdentity,
     /// Since when commits have been failing, and when that was last logged.
     failing: Option<(Instant, Instant)>,
-    /// When the last group was committed: indexing waits for a pause.
-    last_group: Instant,
     /// When the rejections buffer was last left empty.
     last_flush: Instant,
     /// When a failed rejection flush was last logged.
@@ -263,7 +257,6 @@ impl Writer {
             helpers,
             file,
             failing: None,
-            last_group: Instant::now(),
             last_flush: Instant::now(),
             flush_failed_logged: None,
             folds: super::rejections::Folds::default(),
@@ -272,13 +265,13 @@ impl Writer {
 
     fn run(mut self, mut rx: mpsc::Receiver<Box<dyn Queued>>) {
         // Only to wait for a command with a timeout, so that the idle
-        // jobs (refused requests, the search index) get their turn without
+        // job (refused requests) gets its turn without
         // taking a slot of the command queue from ingest.
         let timer = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .inspect_err(|e| {
-                tracing::warn!(error = %e, "no timer for the writer: refused requests are recorded and bodies indexed only between other writes");
+                tracing::warn!(error = %e, "no timer for the writer: refused requests are recorded only between other writes");
             })
             .ok();
         let mut batch = Vec::with_capacity(64);
@@ -290,17 +283,11 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let commands = batch.len();
             self.commit_group(&mut batch);
-            self.last_group = Instant::now();
             // Busy for a while: one chunk of refusals between groups, so
-            // their buffer still drains; and a search step when so much
-            // waits to be indexed that it must keep pace.
+            // their buffer still drains.
             if self.rejections_due(MAX_FLUSH_DEFER) {
                 self.flush_rejections();
-            }
-            if self.index_far_behind() {
-                self.index_step(commands * INDEX_PER_COMMAND);
             }
         }
         while !self.helpers.rejections.1.is_empty() {
@@ -365,9 +352,6 @@ impl Writer {
             Ok(results) => {
                 self.recovered();
                 self.helpers.progress.fetch_add(1, Ordering::Relaxed);
-                if let Some(indexer) = self.helpers.indexer.as_mut() {
-                    indexer.touched();
-                }
                 self.nudge();
                 let mut durable = Vec::new();
                 for (cmd, applied) in batch.drain(..).zip(results) {

@@ -2,9 +2,10 @@
 //! step with inserts and retention, the upgrade backfill, search off, and
 //! the dashboard's search box in Chromium.
 //!
-//! Events are indexed by the writer right after their group commits (see
-//! `src/store/search.rs`), so each test waits for the index's mark to
-//! pass the last event it posted before it asks.
+//! Events are indexed by a thread of their own into the file
+//! `<database>.search` soon after they are stored (see
+//! `src/store/search/indexer.rs`), so each test waits for the index's
+//! mark to pass the last event it posted before it asks.
 
 use std::time::{Duration, Instant};
 
@@ -48,21 +49,37 @@ async fn post(app: &TestApp, source: &str, event: &str, delivery: &str, body: &[
     json(r).await["id"].as_i64().unwrap()
 }
 
-pub(crate) fn mark(db: &Connection) -> i64 {
-    db.query_row(
-        "SELECT coalesce((SELECT CAST(value AS INTEGER) FROM meta
-                          WHERE key = 'search_indexed_through'), 0)",
-        [],
-        |r| r.get(0),
-    )
-    .unwrap()
+/// The database of `app` with its search index attached; `None` while
+/// there is no index file.
+pub(crate) fn index_db(app: &TestApp) -> Option<Connection> {
+    let mut file = app.db_path.as_os_str().to_owned();
+    file.push(".search");
+    if !std::path::Path::new(&file).exists() {
+        return None;
+    }
+    let db = app.db();
+    db.execute("ATTACH DATABASE ?1 AS search", [file.to_str().unwrap()])
+        .unwrap();
+    Some(db)
+}
+
+/// How far the index got (0 without one).
+pub(crate) fn mark(app: &TestApp) -> i64 {
+    index_db(app).map_or(0, |db| {
+        db.query_row(
+            "SELECT coalesce((SELECT value FROM search.state
+                              WHERE key = 'indexed_through'), 0)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    })
 }
 
 /// Waits until every event up to `id` has been through the indexer.
 pub(crate) async fn wait_indexed(app: &TestApp, id: i64) {
-    let db = app.db();
     let deadline = Instant::now() + Duration::from_secs(15);
-    while mark(&db) < id {
+    while mark(app) < id {
         assert!(Instant::now() < deadline, "event {id} was never indexed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -99,19 +116,26 @@ async fn found(app: &TestApp, q: &str) -> Vec<i64> {
 }
 
 /// Index rows whose event is gone or has no body any more.
-fn orphans(db: &Connection) -> i64 {
-    db.query_row(
-        "SELECT count(*) FROM events_fts_docsize
-         WHERE id NOT IN (SELECT id FROM events WHERE body IS NOT NULL)",
-        [],
-        |r| r.get(0),
-    )
-    .unwrap()
+fn orphans(app: &TestApp) -> i64 {
+    index_db(app).map_or(0, |db| {
+        db.query_row(
+            "SELECT count(*) FROM search.events_fts_docsize
+             WHERE id NOT IN (SELECT id FROM events WHERE body IS NOT NULL)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    })
 }
 
-fn indexed(db: &Connection) -> i64 {
-    db.query_row("SELECT count(*) FROM events_fts_docsize", [], |r| r.get(0))
+/// Events with words in the index (0 without one).
+fn indexed(app: &TestApp) -> i64 {
+    index_db(app).map_or(0, |db| {
+        db.query_row("SELECT count(*) FROM search.events_fts_docsize", [], |r| {
+            r.get(0)
+        })
         .unwrap()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,7 +413,7 @@ async fn a_body_that_is_not_utf8_is_stored_and_listed_but_not_indexed() {
     assert!(found(&app, "binary").await.is_empty());
     let (all, _) = ids(&app, &[]).await;
     assert_eq!(all, [text, binary], "listed all the same");
-    assert_eq!(indexed(&app.db()), 1);
+    assert_eq!(indexed(&app), 1);
     app.shutdown().await;
 }
 
@@ -402,7 +426,7 @@ async fn retention_takes_out_of_the_index_what_it_deletes_or_strips() {
     let kept = post(&app, "inbox", "push", "r-kept", b"marker kept").await;
     wait_indexed(&app, kept).await;
     assert_eq!(found(&app, "marker").await, [kept, stripped, gone]);
-    assert_eq!(indexed(&app.db()), 3);
+    assert_eq!(indexed(&app), 3);
 
     // Stored events as if received 6 and 3 days ago: past key_days (the
     // row goes) and past body_days (the body goes).
@@ -433,8 +457,16 @@ async fn retention_takes_out_of_the_index_what_it_deletes_or_strips() {
     assert_eq!(found(&app, "marker").await, [kept]);
     assert!(found(&app, "gone").await.is_empty());
     assert!(found(&app, "stripped").await.is_empty());
-    assert_eq!(orphans(&db), 0);
-    assert_eq!(indexed(&db), 1);
+    // The indexer sweeps their words out of the index file soon after.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while (orphans(&app), indexed(&app)) != (0, 1) {
+        assert!(
+            Instant::now() < deadline,
+            "the index kept {} orphans",
+            orphans(&app)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     drop(db);
     app.shutdown().await;
 }
@@ -531,12 +563,15 @@ async fn with_search_off_nothing_is_indexed_q_is_refused_and_turning_it_on_catch
     let mut cmd = cli(&app.db_path);
     cmd.args(["events", "--q", "findme"]);
     let out = run(cmd).await;
-    // The CLI's config has search on; the file's index is just empty.
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    // The CLI's config has search on, but there is no index file to read.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("no search index beside the database"),
+        "{}",
+        text(&out)
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(indexed(&app.db()), 0);
-    assert_eq!(mark(&app.db()), 0);
+    assert!(index_db(&app).is_none(), "no index file with search off");
     let dir = app.shutdown().await;
 
     // On: what arrived while it was off is indexed from the start.
@@ -546,12 +581,12 @@ async fn with_search_off_nothing_is_indexed_q_is_refused_and_turning_it_on_catch
         .unwrap();
     wait_indexed(&app, second).await;
     assert_eq!(found(&app, "findme").await, [second, first]);
+    assert!(index_db(&app).is_some());
     let dir = app.shutdown().await;
 
-    // Off again: the index is emptied at start-up.
+    // Off again: the index file is removed at start-up.
     let app = TestApp::spawn_in(dir, &off, "").await;
-    assert_eq!(indexed(&app.db()), 0);
-    assert_eq!(mark(&app.db()), 0);
+    assert!(index_db(&app).is_none(), "the index file is gone");
     app.shutdown().await;
 }
 
@@ -596,7 +631,60 @@ secrets = ["fixture-secret"]
     let acme_b = ids(&app, &[("q", "acme/b")]).await.0;
     assert_eq!(acme_b.len(), 2, "the two pending acme/b events");
     assert_eq!(ids(&app, &[("q", "acme*")]).await.0.len(), 6);
-    assert_eq!(orphans(&app.db()), 0);
+    assert_eq!(orphans(&app), 0);
+    app.shutdown().await;
+}
+
+/// Written by 1721122 (schema version 19): the search index inside the
+/// database, every event indexed.
+const FIXTURE_V19: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v19.db");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_in_the_database_moves_to_its_own_file_and_still_finds_every_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    std::fs::copy(FIXTURE_V19, &db).unwrap();
+    let (old, in_db): (i64, i64) = Connection::open(&db)
+        .unwrap()
+        .query_row(
+            "SELECT (SELECT max(id) FROM events), (SELECT count(*) FROM events_fts_docsize)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(in_db, old, "the fixture has every event indexed");
+    let sources = r#"
+[[sources]]
+name = "github"
+kind = "github"
+secrets = ["fixture-secret"]
+[[sources]]
+name = "inbox"
+kind = "github"
+secrets = ["fixture-secret"]
+[[sources]]
+name = "cmd"
+kind = "github"
+secrets = ["fixture-secret"]
+"#;
+    let app = TestApp::spawn_in(dir, sources, "").await;
+    let tables = app.count(
+        "SELECT count(*) FROM sqlite_master WHERE name LIKE 'events_fts%'
+         OR name IN ('events_fts_delete', 'events_fts_drop_body')",
+    );
+    assert_eq!(tables, 0, "the old index left the database");
+    assert_eq!(
+        app.count("SELECT count(*) FROM meta WHERE key = 'search_indexed_through'"),
+        0
+    );
+    wait_indexed(&app, old).await;
+    assert_eq!(indexed(&app), old);
+    assert_eq!(ids(&app, &[("q", "acme*")]).await.0.len(), 6);
+    assert_eq!(found(&app, "zen").await.len(), 1);
+    let page = json(list(&app, &[("q", "acme/b")]).await).await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 2, "{page}");
+    assert_eq!(page["search"]["indexed_through"], old, "{page}");
+    assert_eq!(page["search"]["not_yet_indexed"], 0, "{page}");
     app.shutdown().await;
 }
 

@@ -75,13 +75,12 @@ async fn seeded(extra: &str) -> TestApp {
     tx.commit().unwrap();
     drop(db);
     let app = TestApp::spawn_in(dir, &sources(extra), "").await;
-    let db = app.db();
     let deadline = Instant::now() + Duration::from_secs(120);
-    while mark(&db) < EVENTS as i64 {
+    while mark(&app) < EVENTS as i64 {
         assert!(
             Instant::now() < deadline,
             "the seeded events were never indexed: {}",
-            mark(&db)
+            mark(&app)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -90,6 +90,10 @@ pub struct EventSummary {
 pub struct EventPage {
     pub events: Vec<EventSummary>,
     pub next_before: Option<i64>,
+    /// With `q`: how far the search index had got (it lags the events:
+    /// those past it were not searched).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<super::search::Coverage>,
 }
 
 /// An event's finished attempts over every destination, over `events AS e`.
@@ -174,12 +178,24 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
     // rowids out in either order, and takes `before` as a bound on them),
     // joining each match to its row: a page of a common word stops after
     // a page, one of a rare word costs its matches.
-    let (from, matches) = match &filter.q {
-        Some(q) => {
+    // The index may still hold the words of an event retention deleted or
+    // stripped (until the indexer sweeps): only rows with a body count.
+    let (from, matches) = match (&filter.q, &filter.destination) {
+        (Some(q), None) => {
             args.push(SqlValue::Text(q.expression().to_owned()));
-            ("events_fts AS f JOIN", "f.events_fts MATCH ?")
+            (
+                "search.events_fts AS f JOIN",
+                "f.events_fts MATCH ? AND e.body IS NOT NULL",
+            )
         }
-        None => ("", "1 = 1"),
+        (Some(q), Some(_)) => {
+            args.push(SqlValue::Text(q.expression().to_owned()));
+            (
+                "search.events_fts AS f JOIN",
+                "f.events_fts MATCH ? AND (SELECT body IS NOT NULL FROM events WHERE id = f.rowid)",
+            )
+        }
+        (None, _) => ("", "1 = 1"),
     };
     let on_match = |id: &str| match filter.q {
         Some(_) => format!(" ON {id} = f.rowid"),
@@ -275,9 +291,14 @@ pub fn list_events(conn: &Connection, filter: &EventFilter) -> anyhow::Result<Ev
     } else {
         None
     };
+    let search = match filter.q {
+        Some(_) => Some(super::search::coverage(conn)?),
+        None => None,
+    };
     Ok(EventPage {
         events,
         next_before,
+        search,
     })
 }
 
