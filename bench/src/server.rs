@@ -549,6 +549,27 @@ pub fn search_figures(database: &Path) -> Result<SearchFigures> {
         conn.query_row(sql, [], |row| row.get(0))
             .with_context(|| format!("reading {sql}"))
     };
+    // Since schema 20 the index is a file of its own beside the database;
+    // before, tables and a mark inside it (a BASELINE binary's layout).
+    let mut file = database.as_os_str().to_owned();
+    file.push(".search");
+    if Path::new(&file).exists() {
+        conn.execute(
+            "ATTACH DATABASE ?1 AS search",
+            [file.to_str().context("a non-UTF-8 path")?],
+        )
+        .context("attaching the search index")?;
+        return Ok(SearchFigures {
+            lag_rows: one("SELECT coalesce((SELECT max(id) FROM events), 0)
+                      - coalesce((SELECT value FROM search.state
+                                  WHERE key = 'indexed_through'), 0)")?,
+            index_bytes: one("SELECT page_count * page_size
+                              FROM pragma_page_count('search'), pragma_page_size('search')")?,
+            db_bytes: one(
+                "SELECT page_count * page_size FROM pragma_page_count, pragma_page_size",
+            )?,
+        });
+    }
     Ok(SearchFigures {
         lag_rows: one("SELECT coalesce((SELECT max(id) FROM events), 0)
                   - coalesce((SELECT CAST(value AS INTEGER) FROM meta

@@ -635,6 +635,52 @@ secrets = ["fixture-secret"]
     app.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_says_how_far_the_index_got_while_it_lags_in_api_and_dashboard() {
+    let app = TestApp::spawn(SOURCES).await;
+    let first = post(&app, "inbox", "push", "l-1", b"lagging word").await;
+    wait_indexed(&app, first).await;
+    // Held by the test, the index file's write lock keeps the indexer from
+    // writing: the events after it wait, as during a burst.
+    let mut file = app.db_path.as_os_str().to_owned();
+    file.push(".search");
+    let holder = Connection::open(&file).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let second = post(&app, "inbox", "push", "l-2", b"lagging too").await;
+    let third = post(&app, "inbox", "push", "l-3", b"lagging three").await;
+    let page = json(list(&app, &[("q", "lagging")]).await).await;
+    assert_eq!(page["events"][0]["id"], first, "{page}");
+    assert_eq!(page["events"].as_array().unwrap().len(), 1, "{page}");
+    assert_eq!(page["search"]["indexed_through"], first, "{page}");
+    assert_eq!(page["search"]["not_yet_indexed"], 2, "{page}");
+    // Without q, nothing about search.
+    let plain = json(list(&app, &[]).await).await;
+    assert!(plain.get("search").is_none(), "{plain}");
+    let session = crate::dashboard::login(&app).await;
+    let html = reqwest::Client::new()
+        .get(app.admin_url("/events?q=lagging"))
+        .header("cookie", &session.cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains(&format!(
+            "events up to #{first}; the 2 stored after it were not searched yet"
+        )),
+        "{html}"
+    );
+    holder.execute_batch("ROLLBACK").unwrap();
+    drop(holder);
+    wait_indexed(&app, third).await;
+    assert_eq!(found(&app, "lagging").await, [third, second, first]);
+    let page = json(list(&app, &[("q", "lagging")]).await).await;
+    assert_eq!(page["search"]["not_yet_indexed"], 0, "{page}");
+    app.shutdown().await;
+}
+
 /// Written by 1721122 (schema version 19): the search index inside the
 /// database, every event indexed.
 const FIXTURE_V19: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v19.db");

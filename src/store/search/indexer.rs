@@ -19,6 +19,9 @@
 //! events deleted, new ones given the same ids) is seen as the newest id
 //! falling below the mark: the index drops what lies past it.
 //!
+//! It runs at the lowest priority ([`NICE`]): tokenizing is CPU that a
+//! burst of ingest wants, and the index may lag.
+//!
 //! Merging: FTS5's `automerge` is 0; after each batch the indexer merges
 //! for about as long as the batch took, and while idle until nothing is
 //! left ([`MERGE_PAGES`] a piece).
@@ -47,6 +50,13 @@ pub const POLL: Duration = Duration::from_millis(50);
 const MERGE_PAGES: i64 = 16;
 /// Merge time of an idle round.
 const IDLE_MERGE: Duration = Duration::from_millis(20);
+
+/// The indexer's nice value: the kernel gives it a core when nothing
+/// else wants one, so during a burst the receive path, the writer and
+/// deliveries run first and the index lags, catching up once the burst
+/// has passed (at 19, a hundredth or so of a contended core: it never
+/// stops altogether). On Linux the value is the thread's own.
+const NICE: i32 = 19;
 
 /// Index rows looked at per round of a sweep.
 pub const SWEEP_CHUNK: i64 = 2048;
@@ -78,7 +88,12 @@ pub fn spawn(db: &Path) -> anyhow::Result<IndexerThread> {
     let stopping = stop.clone();
     let thread = std::thread::Builder::new()
         .name("search-indexer".into())
-        .spawn(move || indexer.run(&stopping))
+        .spawn(move || {
+            if let Err(e) = rustix::process::setpriority_process(None, NICE) {
+                tracing::debug!(error = %e, "could not lower the search indexer's priority");
+            }
+            indexer.run(&stopping)
+        })
         .context("starting the search indexer thread")?;
     Ok(IndexerThread { stop, thread })
 }

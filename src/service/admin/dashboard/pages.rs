@@ -211,6 +211,12 @@ pub(super) async fn inbox(
                 " whose body has " b { (q) } ". "
                 a href=(link("/events", &[("source", filter.source.as_deref()), ("destination", filter.destination.as_deref()), ("state", filter.state.map(models::State::as_str)), ("event_type", filter.event_type.as_deref())])) { "Clear the search" }
             }
+            @if let Some(c) = page.search.filter(|c| c.not_yet_indexed > 0) {
+                p.lag {
+                    "The search index has events up to #" (c.indexed_through) "; the "
+                    (c.not_yet_indexed) " stored after it were not searched yet."
+                }
+            }
         }
         (events_table(&page.events, None))
         (older_link("/events", &filter, q, page.next_before))
