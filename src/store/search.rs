@@ -1,7 +1,7 @@
 //! Full-text search of event bodies: how a user's query becomes an FTS5
 //! expression, the deadline every search runs under, and what of a body
 //! is indexed. The index itself lives in a database file of its own
-//! ([`file`], `<database>.search`), kept up by a thread of its own
+//! ([`file`](mod@file), `<database>.search`), kept up by a thread of its own
 //! ([`indexer`]), off the writer, its WAL and its fsyncs.
 //!
 //! The table is contentless: it holds the words of each body and their
