@@ -174,19 +174,40 @@ fuzz_target!(|data: &[u8]| {
 
     if let Ok(config) = &result {
         let mut other = config.clone();
+        // A literal destination URL is shown by its scheme, host and port:
+        // everything else of it is replaced.
+        let urls: Vec<Option<String>> = other
+            .raw
+            .sources
+            .iter()
+            .flat_map(|s| s.deliver.iter())
+            .map(|d| {
+                let url = d.url.as_deref()?;
+                let mut u = url::Url::parse(url).ok()?;
+                if is_reference(url) || u.host_str().is_none_or(str::is_empty) {
+                    return None;
+                }
+                let _ = u.set_username("replaced-user");
+                let _ = u.set_password(Some("replaced-password"));
+                u.set_path(if u.path() == "/" || u.path().is_empty() { "/" } else { "/replaced" });
+                if u.query().is_some() {
+                    u.set_query(Some("replaced"));
+                }
+                if u.fragment().is_some() {
+                    u.set_fragment(Some("replaced"));
+                }
+                Some(u.to_string())
+            })
+            .collect();
         for r in other.raw.secrets_mut() {
             if !is_reference(r) {
                 *r = REPLACED.to_owned();
             }
         }
-        for src in &mut other.raw.sources {
-            for url in src.deliver.iter_mut().filter_map(|d| d.url.as_mut()) {
-                if let Ok(mut u) = url::Url::parse(url)
-                    && u.password().is_some()
-                    && u.set_password(Some("replaced-password")).is_ok()
-                {
-                    *url = u.to_string();
-                }
+        let delivers = other.raw.sources.iter_mut().flat_map(|s| s.deliver.iter_mut());
+        for (deliver, url) in delivers.zip(urls) {
+            if url.is_some() {
+                deliver.url = url;
             }
         }
         assert_eq!(

@@ -27,6 +27,7 @@ use super::broker::nats::{NatsConfig, RawNats};
 use super::broker::redis::{RawRedis, RedisConfig};
 use super::route::Filter;
 use super::secret::Secret;
+use super::target_url::{TargetUrl, shown_reference};
 use super::url_options::{self, Method, UrlOptions};
 use super::{duration, limits, secret, transform};
 
@@ -217,7 +218,7 @@ impl fmt::Debug for RawDeliver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RawDeliver")
             .field("name", &self.name)
-            .field("url", &self.url)
+            .field("url", &self.url.as_deref().map(shown_reference))
             .field("command", &self.command)
             .field("pull", &self.pull)
             .field("nats", &self.nats)
@@ -310,7 +311,7 @@ pub enum Destination {
     /// POST (or PUT) to an http(s) URL; `signing_key` is the HMAC key
     /// decoded from the `whsec_` secret, `None`: sent unsigned.
     Url {
-        url: reqwest::Url,
+        url: TargetUrl,
         signing_key: Option<Vec<u8>>,
         options: UrlOptions,
     },
@@ -337,7 +338,7 @@ impl fmt::Debug for Destination {
         match self {
             Destination::Url { url, options, .. } => f
                 .debug_struct("Url")
-                .field("url", &url.as_str())
+                .field("url", url)
                 .field("signing_key", &"[redacted]")
                 .field("options", options)
                 .finish(),
@@ -558,23 +559,8 @@ fn url_destination(
     signing_secret: Option<&str>,
     at: &str,
     problems: &mut Vec<String>,
-) -> Option<(reqwest::Url, Option<Vec<u8>>)> {
-    // The URL itself stays out of messages: it may carry a password.
-    let parsed = match reqwest::Url::parse(url) {
-        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
-            problems.push(format!("{at}.url: the scheme must be http or https"));
-            None
-        }
-        Ok(u) if u.host_str().is_none_or(str::is_empty) => {
-            problems.push(format!("{at}.url: has no host"));
-            None
-        }
-        Ok(u) => Some(u),
-        Err(e) => {
-            problems.push(format!("{at}.url: not a URL: {e}"));
-            None
-        }
-    };
+) -> Option<(TargetUrl, Option<Vec<u8>>)> {
+    let parsed = TargetUrl::resolve(url, &format!("{at}.url"), problems);
     // Without a secret the request goes unsigned (a chat webhook cannot
     // verify one); `hookbox check` warns of it (`warnings`).
     let Some(reference) = signing_secret else {
@@ -695,18 +681,6 @@ fn command_destination(
                 None
             }
         },
-    }
-}
-
-/// A URL's password is a literal secret, though the URL is not a secret
-/// reference: `hookbox check` shows the URL with the password replaced.
-pub fn redact_url_password(raw: &mut RawDeliver) {
-    if let Some(url) = &mut raw.url
-        && let Ok(mut parsed) = reqwest::Url::parse(url)
-        && parsed.password().is_some()
-        && parsed.set_password(Some("redacted")).is_ok()
-    {
-        *url = parsed.to_string();
     }
 }
 

@@ -119,15 +119,12 @@ impl Destination {
     }
 
     /// Where it goes, safe to show (the dashboard, `/api/stats`): a URL's
-    /// scheme and host only (a path or query may carry a token, the user
-    /// part a password), a command's program, a broker's scheme, host and
+    /// scheme, host and port, `/…` for its path and query (they may carry
+    /// a token, the user part a password), a command's program, a broker's scheme, host and
     /// port with its subject, stream, exchange and key, or topic.
     pub fn target(&self) -> String {
         match self {
-            Destination::Url { url, .. } => match url.host_str() {
-                Some(host) => format!("{}://{host}", url.scheme()),
-                None => url.scheme().to_owned(),
-            },
+            Destination::Url { url, .. } => url.shown().to_owned(),
             Destination::Command { argv, .. } => argv.first().cloned().unwrap_or_default(),
             Destination::Pull { .. } => "the pull API".to_owned(),
             Destination::Nats(c) => format!("{} subject {}", c.url.shown(), c.subject.as_str()),

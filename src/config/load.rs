@@ -19,6 +19,10 @@ pub fn load(path: Option<&Path>, kinds: &dyn Kinds) -> Result<Config, ConfigErro
     load_with(path, kinds, |raw| raw)
 }
 
+/// A url destination's URL when its secret cannot be read: what a
+/// command that sends nothing shows (`hookbox try`).
+const PLACEHOLDER_URL: &str = "https://url-secret-not-read.invalid/";
+
 /// [`load`] for the commands that only read or copy the database
 /// (`events`, `backup`, `purge`, `replay`, `healthcheck`): secrets are not
 /// resolved but stood in for, and catch-up, TLS and the admin token, which
@@ -51,6 +55,13 @@ pub fn load_without_secrets(path: Option<&Path>, kinds: &dyn Kinds) -> Result<Co
                 }
                 for value in deliver.headers.values_mut() {
                     *value = PLACEHOLDER_SECRET.to_owned();
+                }
+                // The URL is kept when it can be read, for `hookbox try`
+                // to name its host.
+                if let Some(url) = &mut deliver.url
+                    && super::secret::resolve(url).is_err()
+                {
+                    *url = PLACEHOLDER_URL.to_owned();
                 }
             }
             source.github_redelivery = None;

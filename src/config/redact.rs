@@ -10,7 +10,7 @@
 //! named as not secret.
 
 use super::load::EMBEDDED_SOURCES;
-use super::{Config, RawConfig, secret};
+use super::{Config, RawConfig, secret, target_url};
 
 impl Config {
     /// The environment variables that hold hookbox's secrets, for programs
@@ -23,7 +23,8 @@ impl Config {
 
     /// The effective config as TOML, every literal secret replaced by
     /// `[redacted]` (references like `env:NAME` are shown: they are not
-    /// secret), and so is the password of a destination's URL.
+    /// secret), and a literal destination URL shown as scheme, host and
+    /// port only.
     pub fn redacted_toml(&self) -> String {
         self.raw.redacted_toml()
     }
@@ -44,6 +45,7 @@ impl RawConfig {
             found.extend(source.secrets.iter_mut());
             found.extend(source.verify_token.as_mut());
             for deliver in source.deliver.iter_mut() {
+                found.extend(deliver.url.as_mut());
                 found.extend(deliver.signing_secret.as_mut());
                 found.extend(deliver.pull.as_mut().map(|p| &mut p.token));
                 found.extend(deliver.nats.iter_mut().flat_map(|k| k.secrets_mut()));
@@ -90,14 +92,19 @@ impl RawConfig {
     /// [`Config::redacted_toml`], for the file as written.
     pub(super) fn redacted_toml(&self) -> String {
         let mut raw = self.clone();
+        // A literal URL is shown in part, not as `[redacted]`.
+        let urls: Vec<Option<String>> = raw
+            .sources
+            .iter()
+            .flat_map(|s| s.deliver.iter())
+            .map(|d| d.url.as_deref().map(target_url::shown_reference))
+            .collect();
         for reference in raw.secrets_mut() {
             *reference = secret::describe(reference);
         }
-        for source in &mut raw.sources {
-            source
-                .deliver
-                .iter_mut()
-                .for_each(super::deliver::redact_url_password);
+        let delivers = raw.sources.iter_mut().flat_map(|s| s.deliver.iter_mut());
+        for (deliver, url) in delivers.zip(urls) {
+            deliver.url = url;
         }
         toml::to_string_pretty(&raw).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
     }

@@ -283,7 +283,7 @@ fn a_url_destination_gets_its_key_and_every_default() {
     else {
         panic!("expected a url destination: {d:?}");
     };
-    assert_eq!(url.as_str(), "http://127.0.0.1:3000/webhooks/github");
+    assert_eq!(url.expose().as_str(), "http://127.0.0.1:3000/webhooks/github");
     let expected = Secret::new(WHSEC).standard_key().unwrap();
     assert_eq!(signing_key.as_ref(), Some(&expected));
     assert_eq!(d.timeout, Duration::from_secs(30));
@@ -460,11 +460,11 @@ fn each_deliver_problem_is_reported_under_its_key() {
         ),
         (
             format!(r#"url = "ftp://a/x", {sig}"#),
-            format!("{at}.url: the scheme"),
+            format!("{at}.url ([redacted]): the scheme"),
         ),
         (
             format!(r#"url = "not a url", {sig}"#),
-            format!("{at}.url: not a URL"),
+            format!("{at}.url ([redacted]): not a URL"),
         ),
         (
             r#"url = "http://a", headers = { "Content-Type" = "text/x" }"#.into(),
@@ -560,21 +560,24 @@ fn unknown_deliver_keys_are_errors() {
 }
 
 #[test]
-fn redacted_output_hides_the_signing_secret_and_a_url_password() {
+fn redacted_output_hides_the_signing_secret_and_a_literal_url_but_its_host() {
     let config = with_deliver(&format!(
-        r#"url = "https://user:hunter2@example.com/hook", signing_secret = "{WHSEC}""#
+        r#"url = "https://user:hunter2@example.com:8443/hook/tok-5e1f", signing_secret = "{WHSEC}""#
     ))
     .unwrap();
     let text = config.redacted_toml();
-    assert!(!text.contains(WHSEC) && !text.contains("hunter2"), "{text}");
+    for hidden in [WHSEC, "hunter2", "user:", "/hook", "tok-5e1f"] {
+        assert!(!text.contains(hidden), "{hidden}: {text}");
+    }
     assert!(
-        text.contains("[redacted]") && text.contains("user:redacted@example.com"),
+        text.contains("[redacted]") && text.contains(r#"url = "https://example.com:8443/…""#),
         "{text}"
     );
     let reparsed: RawConfig = toml::from_str(&text).unwrap();
     assert!(!reparsed.sources[0].deliver.is_none());
-    let debug = format!("{:?}", config.raw);
-    assert!(!debug.contains(WHSEC), "{debug}");
+    for debug in [format!("{:?}", config.raw), format!("{config:?}")] {
+        assert!(!debug.contains(WHSEC) && !debug.contains("tok-5e1f"), "{debug}");
+    }
 }
 
 #[test]

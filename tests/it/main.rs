@@ -50,6 +50,7 @@ mod routes_admin;
 mod routes_crash;
 mod search;
 mod search_limits;
+mod secret_url;
 mod secrets;
 mod soak;
 mod storage;

@@ -46,7 +46,7 @@ pub fn destination(config: &DeliverConfig, shared: &Shared) -> Option<Arc<dyn De
         } => Arc::new(
             url::UrlDestination::new(
                 shared.client.clone(),
-                url.clone(),
+                url.expose().clone(),
                 signing_key.clone(),
                 config.timeout,
                 config.permanent_statuses.clone(),

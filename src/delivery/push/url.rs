@@ -34,7 +34,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION
 use reqwest::{Client, Response, Url};
 
 use super::sign;
-use crate::config::{Method, UrlOptions};
+use crate::config::{Method, TargetUrl, UrlOptions};
 use crate::delivery::{Attempt, Destination, Job, Outcome};
 use crate::support::clock;
 use crate::support::excerpt::{self, BYTES_MAX};
@@ -224,6 +224,13 @@ impl UrlDestination {
             Some(signature) => text.replace(signature.trim_start_matches("v1,"), "[signature]"),
             None => text.to_owned(),
         };
+        // A chat webhook's token is in the path (or query); a redirect's
+        // Location or an echo may repeat it, whole or in part. Short
+        // segments (`api`, `v1`) are no token and stay readable.
+        let parts = self.url.path().split('/').chain(self.url.query());
+        for part in parts.filter(|p| p.len() >= 12) {
+            text = text.replace(part, "…");
+        }
         for (_, value) in &self.options.headers {
             if let Ok(value) = value.to_str()
                 && !value.is_empty()
@@ -275,9 +282,9 @@ fn request_headers(job: &Job, signed: Option<(&str, &str, &str)>) -> HeaderMap {
 /// (signed or not, with `options`) carries for `job`, as `hookbox try`
 /// shows them: built by the code that sends, with the signature and time
 /// (made at sending) and the destination's own header values (secrets)
-/// as placeholders, and a password in the URL redacted.
+/// as placeholders, and the URL in its shown form (scheme, host, port).
 pub fn preview(
-    url: &Url,
+    url: &TargetUrl,
     signed: bool,
     options: &UrlOptions,
     job: &Job,
@@ -292,10 +299,6 @@ pub fn preview(
     for (name, _) in &options.headers {
         headers.insert(name.clone(), HeaderValue::from_static("[redacted]"));
     }
-    let mut url = url.clone();
-    if url.password().is_some() {
-        let _ = url.set_password(Some("redacted"));
-    }
     let headers = headers
         .iter()
         .map(|(n, v)| {
@@ -305,7 +308,7 @@ pub fn preview(
             )
         })
         .collect();
-    (options.method.as_str(), url.to_string(), headers)
+    (options.method.as_str(), url.shown().to_owned(), headers)
 }
 
 /// Up to [`BYTES_MAX`] bytes of the body; the rest is never read. A body
