@@ -185,11 +185,15 @@ pub struct ListenArgs {
 #[derive(clap::Args)]
 pub struct ReplayArgs {
     /// The event id (as in the 202 answer).
-    #[arg(group = "which", conflicts_with_all = ["dead", "source", "since", "until"])]
+    #[arg(group = "which", conflicts_with_all = ["dead", "skipped", "source", "since", "until"])]
     pub id: Option<i64>,
     /// Every dead delivery (of --source, at --destination, if given).
     #[arg(long, group = "which")]
     pub dead: bool,
+    /// Every skipped delivery (a transform gave no output; fix it, then
+    /// replay them to run it again), of --source, at --destination.
+    #[arg(long, conflicts_with = "dead")]
+    pub skipped: bool,
     /// Only events of this source.
     #[arg(long)]
     pub source: Option<String>,

@@ -30,7 +30,7 @@ pub fn run(config: &Config, args: ReplayArgs) -> ExitCode {
             destination: args.destination,
         }),
         None => plan::Bulk::new(
-            args.dead.then_some(State::Dead),
+            (args.dead.then_some(State::Dead)).or(args.skipped.then_some(State::Skipped)),
             args.source,
             args.destination,
             args.since,
@@ -39,7 +39,7 @@ pub fn run(config: &Config, args: ReplayArgs) -> ExitCode {
         .map(Asked::Bulk)
         .map_err(|e| match e {
             BulkError::NoLane => anyhow::anyhow!(
-                "without --dead, name the event (ID) or both --source and --destination"
+                "without --dead or --skipped, name the event (ID) or both --source and --destination"
             ),
             e @ BulkError::NotReplayable(_) => e.into(),
         }),

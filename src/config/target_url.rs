@@ -31,7 +31,9 @@ impl TargetUrl {
         };
         let url = match reqwest::Url::parse(text.expose()) {
             Ok(u) if !matches!(u.scheme(), "http" | "https") => {
-                problems.push(format!("{at} ({described}): the scheme must be http or https"));
+                problems.push(format!(
+                    "{at} ({described}): the scheme must be http or https"
+                ));
                 return None;
             }
             Ok(u) if u.host_str().is_none_or(str::is_empty) => {
@@ -124,9 +126,18 @@ mod tests {
                 format!("https://hooks.slack.com/services/T0/B0/{token}"),
                 "https://hooks.slack.com/…",
             ),
-            (format!("http://127.0.0.1:8080/?key={token}"), "http://127.0.0.1:8080/…"),
-            (format!("https://u:{token}@example.com"), "https://example.com"),
-            (format!("https://example.com/#{token}"), "https://example.com/…"),
+            (
+                format!("http://127.0.0.1:8080/?key={token}"),
+                "http://127.0.0.1:8080/…",
+            ),
+            (
+                format!("https://u:{token}@example.com"),
+                "https://example.com",
+            ),
+            (
+                format!("https://example.com/#{token}"),
+                "https://example.com/…",
+            ),
             ("https://example.com/".to_owned(), "https://example.com"),
             ("https://example.com:443/".to_owned(), "https://example.com"),
             ("http://[::1]:9000/x".to_owned(), "http://[::1]:9000/…"),
@@ -136,8 +147,14 @@ mod tests {
             assert!(!of(&url).contains(token));
         }
         assert_eq!(shown_reference("literal-secret-0123"), "[redacted]");
-        assert_eq!(shown_reference("https://discord.com/api/webhooks/1/x"), "https://discord.com/…");
-        assert_eq!(shown_reference("env:DISCORD_WEBHOOK_URL"), "env:DISCORD_WEBHOOK_URL");
+        assert_eq!(
+            shown_reference("https://discord.com/api/webhooks/1/x"),
+            "https://discord.com/…"
+        );
+        assert_eq!(
+            shown_reference("env:DISCORD_WEBHOOK_URL"),
+            "env:DISCORD_WEBHOOK_URL"
+        );
     }
 
     #[test]

@@ -283,7 +283,10 @@ fn a_url_destination_gets_its_key_and_every_default() {
     else {
         panic!("expected a url destination: {d:?}");
     };
-    assert_eq!(url.expose().as_str(), "http://127.0.0.1:3000/webhooks/github");
+    assert_eq!(
+        url.expose().as_str(),
+        "http://127.0.0.1:3000/webhooks/github"
+    );
     let expected = Secret::new(WHSEC).standard_key().unwrap();
     assert_eq!(signing_key.as_ref(), Some(&expected));
     assert_eq!(d.timeout, Duration::from_secs(30));
@@ -576,7 +579,10 @@ fn redacted_output_hides_the_signing_secret_and_a_literal_url_but_its_host() {
     let reparsed: RawConfig = toml::from_str(&text).unwrap();
     assert!(!reparsed.sources[0].deliver.is_none());
     for debug in [format!("{:?}", config.raw), format!("{config:?}")] {
-        assert!(!debug.contains(WHSEC) && !debug.contains("tok-5e1f"), "{debug}");
+        assert!(
+            !debug.contains(WHSEC) && !debug.contains("tok-5e1f"),
+            "{debug}"
+        );
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Replay works on deliveries, and only at destinations the config has:
 //! one removed keeps its rows, and nothing would dispatch them. [`event`]
-//! plans the replay of one event: every dead or delivered delivery of it
+//! plans the replay of one event: every dead, delivered or skipped delivery of it
 //! ([`refusal`] says why not), or the one at a named destination, created
 //! when the event never had one there ([`refusal_at`]). [`bulk`] plans a
 //! replay by filter, made by [`Bulk::new`], whose checks ([`BulkError`])
@@ -78,7 +78,7 @@ fn destinations(config: &Config, source: &str) -> Vec<String> {
 }
 
 /// What replaying event `id` (whose state is `event`) asks of the store:
-/// every dead or delivered delivery at its source's destinations, or with
+/// every dead, delivered or skipped delivery at its source's destinations, or with
 /// `at` only the one there (created if missing, with no filter: the
 /// operator named the event).
 pub fn event(
@@ -134,8 +134,8 @@ pub fn event(
 /// Made only by [`Bulk::new`], so every one has passed its checks.
 #[derive(Debug, Clone)]
 pub struct Bulk {
-    /// `dead` or `delivered`. `None` (only with a source and a
-    /// destination): both, and the destination also gets each event in
+    /// `dead`, `delivered` or `skipped`. `None` (only with a source and a
+    /// destination): all three, and the destination also gets each event in
     /// range that its own filter takes and that it never had: how a new
     /// destination gets old events.
     state: Option<State>,
@@ -153,7 +153,7 @@ pub struct Bulk {
 /// them in their own terms (a JSON field, a flag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BulkError {
-    /// Only dead and delivered deliveries are put back to pending.
+    /// Only dead, delivered and skipped deliveries are put back to pending.
     NotReplayable(State),
     /// Without a state a replay also creates deliveries, so it must name
     /// the source and the destination: an empty request must not
@@ -166,7 +166,7 @@ impl std::fmt::Display for BulkError {
         match self {
             BulkError::NotReplayable(state) => write!(
                 f,
-                "only dead and delivered deliveries can be replayed, not {state} ones"
+                "only dead, delivered and skipped deliveries can be replayed, not {state} ones"
             ),
             BulkError::NoLane => {
                 f.write_str("without a state, name both a source and a destination")
@@ -266,7 +266,8 @@ pub fn bulk(config: &Config, bulk: &Bulk) -> Result<Vec<ReplayFilter>, ReplayErr
 
 /// Why event `id` cannot be replayed at any of `configured` (its source's
 /// destinations), as a reason code and a message; `None` if at least one
-/// of its deliveries there is dead or delivered and the body is kept.
+/// of its deliveries there is dead, delivered or skipped and the body is
+/// kept.
 /// Deliveries at destinations no longer in the config are never put back:
 /// nothing would dispatch them.
 pub fn refusal(
@@ -280,15 +281,15 @@ pub fn refusal(
             .iter()
             .any(|(d, s)| *s == state && configured.contains(d))
     };
-    if here(State::Dead) || here(State::Delivered) {
+    if here(State::Dead) || here(State::Delivered) || here(State::Skipped) {
         return (!event.has_body).then(|| body_dropped(id));
     }
     if here(State::Pending) {
         return Some((
             "already_pending",
             format!(
-                "event {id} is pending at every destination it has; only dead and delivered \
-                 deliveries can be replayed"
+                "event {id} is pending at every destination it has; only dead, delivered and \
+                 skipped deliveries can be replayed"
             ),
         ));
     }
@@ -307,7 +308,7 @@ pub fn refusal(
 }
 
 /// Why event `id` cannot be replayed at `destination`; `None` if it can:
-/// its delivery there is dead or delivered (put back to pending), or it has
+/// its delivery there is dead, delivered or skipped (put back to pending), or it has
 /// none there (created).
 pub fn refusal_at(
     event: &EventState,

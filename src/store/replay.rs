@@ -1,8 +1,9 @@
 //! The SQL of replay: putting deliveries back to `pending`, and giving a
 //! destination the events it never had.
 //!
-//! Replay never creates an event row. It resets the matching `dead` and
-//! `delivered` deliveries (attempts to 0, due now), and, when asked to
+//! Replay never creates an event row. It resets the matching `dead`,
+//! `delivered` and `skipped` deliveries (attempts to 0, due now: a
+//! skipped one runs the transform again, which may have been fixed), and, when asked to
 //! [`ReplayFilter::create`], inserts a delivery at the named destination
 //! for each matching event that has none there: how a destination added
 //! to the config receives old events. Only events that still have their
@@ -28,7 +29,8 @@ pub struct ReplayFilter {
     pub source: Option<String>,
     /// Only this destination's deliveries (of `source`, when set).
     pub destination: Option<String>,
-    /// `dead` or `delivered`: the delivery's state; `None` means both.
+    /// `dead`, `delivered` or `skipped`: the delivery's state; `None`
+    /// means any of them.
     pub state: Option<State>,
     /// Only events received at or after this (unix ms).
     pub since: Option<i64>,
@@ -102,7 +104,8 @@ struct Touched {
     keyed_lanes: BTreeSet<(String, String)>,
 }
 
-/// Puts matching dead and delivered deliveries back to pending, due now.
+/// Puts matching dead, delivered and skipped deliveries back to pending,
+/// due now.
 fn reset(
     conn: &Connection,
     filter: &ReplayFilter,
@@ -112,7 +115,7 @@ fn reset(
     let mut update = conn.prepare_cached(
         "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?1,
                                last_error = NULL, delivered_at = NULL
-         WHERE state IN ('dead', 'delivered')
+         WHERE state IN ('dead', 'delivered', 'skipped')
            AND (?2 IS NULL OR source = ?2)
            AND (?3 IS NULL OR destination = ?3)
            AND (?4 IS NULL OR state = ?4)

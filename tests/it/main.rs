@@ -57,6 +57,7 @@ mod storage;
 mod systemd;
 mod tls;
 mod transform;
+mod transform_replay;
 mod unsigned_ids;
 mod upgrade;
 mod uploads;

@@ -87,10 +87,16 @@ permanent_statuses = [404]
     let hits = down.hits();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].uri.path(), format!("/api/webhooks/1234/{TOKEN}"));
-    assert_eq!(&hits[0].body[..], br#"{"content":"pushed refs/heads/main"}"#);
+    assert_eq!(
+        &hits[0].body[..],
+        br#"{"content":"pushed refs/heads/main"}"#
+    );
     // The receiver's answer is kept, but not the path it echoed.
     let error = delivery(&db, id, "literal").1.unwrap();
-    assert!(error.starts_with("HTTP 404: no webhook at /api/"), "{error}");
+    assert!(
+        error.starts_with("HTTP 404: no webhook at /api/"),
+        "{error}"
+    );
 
     let mut shown = vec![("the literal's error", error)];
     let stats = json(server.admin_get("/api/stats").await).await;

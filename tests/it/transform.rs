@@ -216,7 +216,10 @@ async fn a_transform_sends_its_output_unsigned_with_secret_headers_and_skips_wha
     assert_eq!(request["body"], CHAT_OUTPUT, "{tried}");
     assert_eq!(
         (&request["method"], &request["url"]),
-        (&serde_json::json!("POST"), &serde_json::json!(format!("http://{}/…", down.addr)))
+        (
+            &serde_json::json!("POST"),
+            &serde_json::json!(format!("http://{}/…", down.addr))
+        )
     );
     let headers: Vec<(String, String)> =
         serde_json::from_value(request["headers"].clone()).unwrap();

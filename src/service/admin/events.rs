@@ -271,7 +271,7 @@ fn refused(e: ReplayError) -> ApiError {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayBody {
-    /// `dead` or `delivered`. Required without a destination, so an empty
+    /// `dead`, `delivered` or `skipped`. Required without a destination, so an empty
     /// body cannot re-deliver the whole inbox; with one, leaving it out
     /// replays both and creates what the destination never had.
     state: Option<String>,
@@ -305,7 +305,7 @@ pub async fn replay_many(
     body: Result<Json<ReplayBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(body) = body.map_err(|e| ApiError::bad_request("invalid_body", e.body_text()))?;
-    const STATE: &str = "state: \"dead\" or \"delivered\"";
+    const STATE: &str = "state: \"dead\", \"delivered\" or \"skipped\"";
     let state = match body.state.as_deref() {
         None => None,
         Some(text) => Some(models::State::parse(text).ok_or_else(|| invalid(STATE))?),
@@ -324,7 +324,7 @@ pub async fn replay_many(
     )
     .map_err(|e| match e {
         BulkError::NotReplayable(_) => invalid(STATE),
-        BulkError::NoLane => invalid("state: required, \"dead\" or \"delivered\""),
+        BulkError::NoLane => invalid("state: required, \"dead\", \"delivered\" or \"skipped\""),
     })?;
     let replayed = replay_matching(&st, bulk).await?;
     Ok(Json(json!({ "replayed": replayed })))

@@ -54,7 +54,10 @@ pub(super) async fn detail(
     let replayable = |row: &DeliveryRow| {
         has_body
             && configured.contains(&row.destination)
-            && matches!(row.state, models::State::Dead | models::State::Delivered)
+            && matches!(
+                row.state,
+                models::State::Dead | models::State::Delivered | models::State::Skipped
+            )
     };
     let any_replayable = d.deliveries.iter().any(replayable);
     let never: Vec<&String> = configured
@@ -90,7 +93,7 @@ pub(super) async fn detail(
             tr { th { "Order key" } td { (d.order_key.as_deref().unwrap_or("-")) } }
             tr { th { "Last error" } td { (e.last_error.as_deref().unwrap_or("-")) } }
         }
-        @if any_replayable { (replay_button(e.id, None, "Replay every dead or delivered delivery", &session.csrf)) }
+        @if any_replayable { (replay_button(e.id, None, "Replay every dead, delivered or skipped delivery", &session.csrf)) }
         h2 { "Deliveries" }
         @if d.deliveries.is_empty() && never.is_empty() {
             p { "None: the source has no destination." }

@@ -379,7 +379,7 @@ fn events_table(events: &[EventSummary], csrf: Option<&str>) -> Markup {
 }
 
 /// A button that replays event `id`: at `destination` only, or every
-/// dead or delivered delivery of it.
+/// dead, delivered or skipped delivery of it.
 pub(super) fn replay_button(id: i64, destination: Option<&str>, label: &str, csrf: &str) -> Markup {
     html! {
         form.inline method="post" action={ "/events/" (id) "/replay" } {
