@@ -30,8 +30,9 @@
 # `b` a filter that takes half; the delivery figures per destination),
 # deliver_idle (one delivery every 20 ms on one connection: receipt-to-
 # downstream when idle), transform (as deliver, the destination with the
-# jq transform `.`, whose output is the body byte for byte: what running
-# every delivery through a transform process costs; compare its delivered/s
+# cookbook's GitHub push -> Discord transform, the downstream checking that
+# each body is that program's output for the push sent: what running every
+# delivery through a transform process costs; compare its delivered/s
 # and CPU us/event with deliver's), wrk (new unique GitHub deliveries from Debian's
 # wrk instead of hookbox-loadgen, through bench/wrk.sh, so the two load
 # generators cross-check; in the default list when wrk is installed, right
@@ -152,6 +153,13 @@ OUTAGE_TIMEOUT="${OUTAGE_TIMEOUT:-180}"
 OUTAGE_BEFORE_RUNS="${OUTAGE_BEFORE_RUNS:-$RUNS}"
 RATE="${RATE:-500/s}"
 
+# The cookbook's GitHub push -> Discord recipe (docs/src/cookbook.md), and
+# what it makes of bench/src/payload.rs's push: written out by hand.
+DISCORD_PROGRAM='select(.ref == "refs/heads/main")
+| {content: ("**\(.pusher.name)** pushed \(.commits | length) commit(s) to `\(.repository.full_name)`:\n"
+    + ([.commits[] | "- \(.message | split("\n")[0]) (\(.id[0:7]))"] | join("\n")))}'
+DISCORD_OUTPUT='{"content":"**octocat** pushed 1 commit(s) to `acme/shop`:\n- checkout: retry the payment intent lookup once before failing the order (59b20b8)"}'
+
 echo "== machine"
 echo "cpus:   $(nproc)"
 echo "cpu:    $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
@@ -206,7 +214,7 @@ for scenario in $SCENARIOS; do
         deliver_idle) dup=0; extra=(--deliver --idle --drain-timeout "$DRAIN_TIMEOUT") ;;
         deliver_nats|deliver_redis|deliver_amqp|deliver_mqtt)
             dup=0; extra=(--deliver --broker "${scenario#deliver_}" --drain-timeout "$DRAIN_TIMEOUT") ;;
-        transform) dup=0; extra=(--deliver --transform . --drain-timeout "$DRAIN_TIMEOUT") ;;
+        transform) dup=0; extra=(--deliver --transform "$DISCORD_PROGRAM" --expect-body "$DISCORD_OUTPUT" --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_latency) dup=0; extra=(--pull latency --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_listen) dup=0; extra=(--pull listen --events "$PULL_EVENTS" --drain-timeout "$DRAIN_TIMEOUT") ;;
         pull_listen_ingest)

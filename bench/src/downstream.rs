@@ -45,6 +45,9 @@ pub enum Check {
     /// Standard Webhooks, with the decoded `whsec_` key the destination
     /// signs with (url destinations).
     Signed(Vec<u8>),
+    /// As `Signed`, and the body must be exactly this: a transform's
+    /// output, the same for every push the load generator sends.
+    SignedAs(Vec<u8>, Bytes),
     /// The body must be the delivery the signer built for the request's
     /// `x-github-delivery` (`hookbox listen` forwards the provider's body
     /// and headers, not a signature of its own).
@@ -55,6 +58,7 @@ impl Check {
     fn passes(&self, headers: &HeaderMap, body: &[u8]) -> bool {
         match self {
             Check::Signed(key) => verify(key, headers, body),
+            Check::SignedAs(key, expected) => body == &expected[..] && verify(key, headers, body),
             Check::Body(signer) => {
                 header(headers, "x-github-delivery").is_some_and(|id| signer.built(id, body))
             }
@@ -84,7 +88,8 @@ pub struct Seen {
     /// Requests without either delivery id header.
     pub no_id: u64,
     /// Requests whose `webhook-signature` did not verify (or was missing);
-    /// for a [`Check::Body`] lane, bodies that were not the ones sent.
+    /// for a [`Check::Body`] lane, bodies that were not the ones sent, for
+    /// a [`Check::SignedAs`] lane also bodies other than the one expected.
     pub bad_signature: u64,
     /// Requests whose body could not be read to the end.
     pub body_errors: u64,

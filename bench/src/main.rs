@@ -139,14 +139,19 @@ struct Args {
     #[arg(long, value_enum, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
     broker: Option<broker::Kind>,
     /// With --deliver: the destination has this jq `transform` (the
-    /// transform scenario gives it `.`, whose output is the body byte for
-    /// byte, so the downstream's checks hold).
+    /// transform scenario gives it the cookbook's GitHub push → Discord
+    /// recipe, with --expect-body its output).
     #[arg(long, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
     transform: Option<String>,
     /// With --deliver: the destination's `concurrency` (without it, the
     /// kind's default), to compare attempts in flight.
     #[arg(long, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
     concurrency: Option<usize>,
+    /// With --transform: every body that arrives must be exactly this (the
+    /// program's output for the push bodies sent), or it counts as a bad
+    /// signature.
+    #[arg(long, requires = "transform")]
+    expect_body: Option<String>,
     /// One connection sending one request every 20 ms (overrides
     /// --connections and --pace-ms): latency when idle.
     #[arg(long)]
@@ -413,6 +418,8 @@ async fn scenario(args: Args) -> Result<bool> {
         let check = |l: &deliver::Lane| {
             if args.listen {
                 Check::Body(Arc::clone(&signer))
+            } else if let Some(body) = &args.expect_body {
+                Check::SignedAs(l.key.clone(), bytes::Bytes::from(body.clone()))
             } else {
                 Check::Signed(l.key.clone())
             }
