@@ -76,10 +76,8 @@ permanent_statuses = [404]
     assert_eq!(r.status(), 202);
     let id = json(r).await["id"].as_i64().unwrap();
     eventually("both deliveries to settle", || {
-        let settled = (delivery(&db, id, "discord").0 == "delivered"
-            && delivery(&db, id, "literal").0 == "dead")
-            .then_some(());
-        settled
+        (delivery(&db, id, "discord").0 == "delivered" && delivery(&db, id, "literal").0 == "dead")
+            .then_some(())
     })
     .await;
 
