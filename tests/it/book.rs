@@ -337,6 +337,10 @@ fn the_readme_example_config_passes_hookbox_check() {
             "CI_SIGNING_SECRET",
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         )
+        .env(
+            "DISCORD_WEBHOOK_URL",
+            "https://discord.com/api/webhooks/1/test-token",
+        )
         .output()
         .unwrap();
     assert!(
