@@ -272,23 +272,6 @@ async fn each_kind_of_refusal_is_recorded_with_its_reason_status_client_header_n
     app.shutdown().await;
 }
 
-/// Logs in to the dashboard; the session cookie.
-async fn dashboard_cookie(app: &TestApp) -> String {
-    let r = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-        .post(app.admin_url("/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={ADMIN_TOKEN}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 303);
-    let set = r.headers()["set-cookie"].to_str().unwrap();
-    set.split(';').next().unwrap().to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_signature_or_body_reaches_the_table_the_api_or_the_dashboard() {
     let app = spawn().await;
@@ -334,7 +317,7 @@ async fn no_secret_signature_or_body_reaches_the_table_the_api_or_the_dashboard(
         .map(Result::unwrap)
         .collect();
     let api = app.admin_get("/api/rejections").await.text().await.unwrap();
-    let cookie = dashboard_cookie(&app).await;
+    let cookie = dashboard_cookie(app.admin_url("/login")).await;
     let page = app
         .client
         .get(app.admin_url("/rejections"))

@@ -128,15 +128,7 @@ permanent_statuses = [404]
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let login = browser
-        .post(server.admin_url("/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={ADMIN_TOKEN}"))
-        .send()
-        .await
-        .unwrap();
-    let cookie = login.headers()["set-cookie"].to_str().unwrap();
-    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let cookie = dashboard_cookie(server.admin_url("/login")).await;
     for path in [
         "/".to_owned(),
         format!("/events/{id}"),

@@ -268,15 +268,7 @@ async fn a_transform_sends_its_output_unsigned_with_secret_headers_and_skips_wha
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let login = browser
-        .post(server.admin_url("/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={ADMIN_TOKEN}"))
-        .send()
-        .await
-        .unwrap();
-    let cookie = login.headers()["set-cookie"].to_str().unwrap();
-    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let cookie = dashboard_cookie(server.admin_url("/login")).await;
     let page = |path: &str| {
         browser
             .get(server.admin_url(path))

@@ -316,15 +316,7 @@ async fn the_admin_api_runs_a_gitlab_pass_and_the_dashboard_lists_it() {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let login = client
-        .post(app.admin_url("/login"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={ADMIN_TOKEN}"))
-        .send()
-        .await
-        .unwrap();
-    let cookie = login.headers()["set-cookie"].to_str().unwrap();
-    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let cookie = dashboard_cookie(app.admin_url("/login")).await;
     let page = client
         .get(app.admin_url("/catch-up"))
         .header("cookie", cookie)

@@ -37,6 +37,25 @@ pub use signing::*;
 pub use sources::*;
 pub use tools::*;
 
+/// Logs in to the dashboard whose login page is `login_url` (an in-process
+/// `TestApp`'s or a child server's `admin_url("/login")`) with the
+/// admin token; the session cookie, ready for a `cookie` header.
+pub async fn dashboard_cookie(login_url: String) -> String {
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(login_url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={ADMIN_TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303, "logging in to the dashboard");
+    let set = r.headers()["set-cookie"].to_str().unwrap();
+    set.split(';').next().unwrap().to_owned()
+}
+
 /// How long any "eventually" in these tests may take.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
