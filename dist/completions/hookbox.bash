@@ -497,7 +497,7 @@ _hookbox() {
             return 0
             ;;
         hookbox__subcmd__replay)
-            opts="-h --dead --source --destination --since --until --config --log-format --help"
+            opts="-h --dead --skipped --source --destination --since --until --config --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

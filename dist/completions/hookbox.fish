@@ -63,6 +63,7 @@ complete -c hookbox -n "__fish_hookbox_using_subcommand replay" -l config -d 'Co
 complete -c hookbox -n "__fish_hookbox_using_subcommand replay" -l log-format -d 'Log format' -r -f -a "text\t''
 json\t''"
 complete -c hookbox -n "__fish_hookbox_using_subcommand replay" -l dead -d 'Every dead delivery (of --source, at --destination, if given)'
+complete -c hookbox -n "__fish_hookbox_using_subcommand replay" -l skipped -d 'Every skipped delivery (a transform gave no output; fix it, then replay them to run it again), of --source, at --destination'
 complete -c hookbox -n "__fish_hookbox_using_subcommand replay" -s h -l help -d 'Print help'
 complete -c hookbox -n "__fish_hookbox_using_subcommand backup" -l config -d 'Config file. Without it: /etc/hookbox/hookbox.toml if present, else the embedded default' -r -F
 complete -c hookbox -n "__fish_hookbox_using_subcommand backup" -l log-format -d 'Log format' -r -f -a "text\t''

@@ -509,7 +509,7 @@ async fn stats_and_metrics_count_each_destination_and_name_those_gone_from_the_c
     assert_eq!(
         d["chat"],
         json!({"pending": 0, "delivered": 0, "dead": 2, "skipped": 0, "oldest_pending_at": null, "configured": true,
-               "status": OPEN.clone(), "kind": "url", "target": "http://127.0.0.1"})
+               "status": OPEN.clone(), "kind": "url", "target": format!("http://{}/…", downs.chat.addr)})
     );
     assert_eq!(
         (&d["ci"]["delivered"], &d["ci"]["configured"]),
@@ -519,7 +519,7 @@ async fn stats_and_metrics_count_each_destination_and_name_those_gone_from_the_c
     assert_eq!(
         d["deploy"],
         json!({"pending": 0, "delivered": 0, "dead": 0, "skipped": 0, "oldest_pending_at": null, "configured": true,
-               "status": OPEN.clone(), "kind": "url", "target": "http://127.0.0.1"})
+               "status": OPEN.clone(), "kind": "url", "target": format!("http://{}/…", downs.deploy.addr)})
     );
     let metrics = app.admin_get("/metrics").await.text().await.unwrap();
     for line in [
