@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use super::secret;
+use super::secret::{self, Secret};
 
 /// The resolved URL and how it is shown. `Debug` shows only the latter.
 #[derive(Clone, PartialEq, Eq)]
@@ -21,31 +21,7 @@ impl TargetUrl {
     /// is an http(s) URL with a host. Messages never hold the URL, only
     /// the reference's kind (`[redacted]` for a literal).
     pub(super) fn resolve(reference: &str, at: &str, problems: &mut Vec<String>) -> Option<Self> {
-        let described = secret::describe(reference);
-        let text = match secret::resolve(reference) {
-            Ok(text) => text,
-            Err(why) => {
-                problems.push(format!("{at} ({described}): {why}"));
-                return None;
-            }
-        };
-        let url = match reqwest::Url::parse(text.expose()) {
-            Ok(u) if !matches!(u.scheme(), "http" | "https") => {
-                problems.push(format!(
-                    "{at} ({described}): the scheme must be http or https"
-                ));
-                return None;
-            }
-            Ok(u) if u.host_str().is_none_or(str::is_empty) => {
-                problems.push(format!("{at} ({described}): has no host"));
-                return None;
-            }
-            Ok(u) => u,
-            Err(e) => {
-                problems.push(format!("{at} ({described}): not a URL: {e}"));
-                return None;
-            }
-        };
+        let (_, url) = resolve_url(reference, &["http", "https"], at, problems)?;
         Some(TargetUrl::new(url))
     }
 
@@ -65,6 +41,54 @@ impl TargetUrl {
     /// [`shown`], safe for any output.
     pub fn shown(&self) -> &str {
         &self.shown
+    }
+}
+
+/// Resolves a URL's secret `reference` (at `at`) and checks it is a URL
+/// with a host and one of `schemes`: the secret as written and the parsed
+/// URL. Messages name the reference's kind, never the URL (which may hold
+/// a token or a password); broker URLs are checked here too.
+pub(super) fn resolve_url(
+    reference: &str,
+    schemes: &[&str],
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<(Secret, reqwest::Url)> {
+    let described = secret::describe(reference);
+    let text = match secret::resolve(reference) {
+        Ok(text) => text,
+        Err(why) => {
+            problems.push(format!("{at} ({described}): {why}"));
+            return None;
+        }
+    };
+    let url = match reqwest::Url::parse(text.expose()) {
+        Ok(url) => url,
+        Err(e) => {
+            problems.push(format!("{at} ({described}): not a URL: {e}"));
+            return None;
+        }
+    };
+    if !schemes.contains(&url.scheme()) {
+        problems.push(format!(
+            "{at} ({described}): the scheme must be {}",
+            or_list(schemes)
+        ));
+        return None;
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        problems.push(format!("{at} ({described}): has no host"));
+        return None;
+    }
+    Some((text, url))
+}
+
+/// `a`, `a or b`, `a, b or c`.
+fn or_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
     }
 }
 

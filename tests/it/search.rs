@@ -593,16 +593,8 @@ async fn with_search_off_nothing_is_indexed_q_is_refused_and_turning_it_on_catch
 /// Written by release 329aaad (schema version 10), before search.
 const FIXTURE_V10: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v10.db");
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgraded_database_has_its_old_events_indexed() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("hookbox.db");
-    std::fs::copy(FIXTURE_V10, &db).unwrap();
-    let old: i64 = Connection::open(&db)
-        .unwrap()
-        .query_row("SELECT max(id) FROM events", [], |r| r.get(0))
-        .unwrap();
-    let sources = r#"
+/// The sources the release fixtures' events came from.
+const FIXTURE_SOURCES: &str = r#"
 [[sources]]
 name = "github"
 kind = "github"
@@ -616,7 +608,17 @@ name = "cmd"
 kind = "github"
 secrets = ["fixture-secret"]
 "#;
-    let app = TestApp::spawn_in(dir, sources, "").await;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_database_has_its_old_events_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    std::fs::copy(FIXTURE_V10, &db).unwrap();
+    let old: i64 = Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT max(id) FROM events", [], |r| r.get(0))
+        .unwrap();
+    let app = TestApp::spawn_in(dir, FIXTURE_SOURCES, "").await;
     wait_indexed(&app, old).await;
     let zen: Vec<i64> = Connection::open(&app.db_path)
         .unwrap()
@@ -699,21 +701,7 @@ async fn an_index_in_the_database_moves_to_its_own_file_and_still_finds_every_ev
         )
         .unwrap();
     assert_eq!(in_db, old, "the fixture has every event indexed");
-    let sources = r#"
-[[sources]]
-name = "github"
-kind = "github"
-secrets = ["fixture-secret"]
-[[sources]]
-name = "inbox"
-kind = "github"
-secrets = ["fixture-secret"]
-[[sources]]
-name = "cmd"
-kind = "github"
-secrets = ["fixture-secret"]
-"#;
-    let app = TestApp::spawn_in(dir, sources, "").await;
+    let app = TestApp::spawn_in(dir, FIXTURE_SOURCES, "").await;
     let tables = app.count(
         "SELECT count(*) FROM sqlite_master WHERE name LIKE 'events_fts%'
          OR name IN ('events_fts_delete', 'events_fts_drop_body')",

@@ -17,7 +17,7 @@ use std::fmt;
 
 pub use template::{NameRules, NameTemplate, Names};
 
-use super::secret::{self, Secret};
+use super::secret::Secret;
 
 /// A broker destination's `concurrency` when its table names none: the
 /// publishes awaiting the broker's confirmation at once. Redis and
@@ -49,32 +49,8 @@ impl BrokerUrl {
         at: &str,
         problems: &mut Vec<String>,
     ) -> Option<BrokerUrl> {
-        let described = secret::describe(reference);
-        let url = match secret::resolve(reference) {
-            Ok(url) => url,
-            Err(why) => {
-                problems.push(format!("{at} ({described}): {why}"));
-                return None;
-            }
-        };
-        let parsed = match url::Url::parse(url.expose()) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                problems.push(format!("{at} ({described}): not a URL: {e}"));
-                return None;
-            }
-        };
-        if !schemes.contains(&parsed.scheme()) {
-            problems.push(format!(
-                "{at} ({described}): the scheme must be {}",
-                or_list(schemes)
-            ));
-            return None;
-        }
-        let Some(host) = parsed.host_str().filter(|h| !h.is_empty()) else {
-            problems.push(format!("{at} ({described}): has no host"));
-            return None;
-        };
+        let (url, parsed) = super::target_url::resolve_url(reference, schemes, at, problems)?;
+        let host = parsed.host_str().unwrap_or_default();
         let shown = match parsed.port() {
             Some(port) => format!("{}://{host}:{port}", parsed.scheme()),
             None => format!("{}://{host}", parsed.scheme()),
@@ -111,15 +87,6 @@ pub fn test_url(url: &str) -> BrokerUrl {
 impl fmt::Debug for BrokerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} [credentials redacted]", self.shown)
-    }
-}
-
-/// `a`, `a or b`, `a, b or c`.
-fn or_list(items: &[&str]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => (*one).to_owned(),
-        [init @ .., last] => format!("{} or {last}", init.join(", ")),
     }
 }
 
