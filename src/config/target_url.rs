@@ -101,12 +101,7 @@ impl fmt::Debug for TargetUrl {
 /// `scheme://host[:port]`, then `/…` when the URL has a path other than
 /// `/`, a query or a fragment; never the user, password, path or query.
 pub fn shown(url: &reqwest::Url) -> String {
-    let mut text = url.scheme().to_owned();
-    text.push_str("://");
-    text.push_str(url.host_str().unwrap_or(""));
-    if let Some(port) = url.port() {
-        text.push_str(&format!(":{port}"));
-    }
+    let mut text = origin(url);
     if url.path() != "/" && !url.path().is_empty()
         || url.query().is_some()
         || url.fragment().is_some()
@@ -114,6 +109,16 @@ pub fn shown(url: &reqwest::Url) -> String {
         text.push_str("/…");
     }
     text
+}
+
+/// `scheme://host[:port]`: what a broker's URL shows, and how a url
+/// destination's begins.
+pub fn origin(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    }
 }
 
 /// How the config's `url` is shown (`hookbox check`, `Debug`): the

@@ -18,6 +18,7 @@ use std::fmt;
 pub use template::{NameRules, NameTemplate, Names};
 
 use super::secret::Secret;
+use super::target_url;
 
 /// A broker destination's `concurrency` when its table names none: the
 /// publishes awaiting the broker's confirmation at once. Redis and
@@ -49,13 +50,11 @@ impl BrokerUrl {
         at: &str,
         problems: &mut Vec<String>,
     ) -> Option<BrokerUrl> {
-        let (url, parsed) = super::target_url::resolve_url(reference, schemes, at, problems)?;
-        let host = parsed.host_str().unwrap_or_default();
-        let shown = match parsed.port() {
-            Some(port) => format!("{}://{host}:{port}", parsed.scheme()),
-            None => format!("{}://{host}", parsed.scheme()),
-        };
-        Some(BrokerUrl { url, shown })
+        let (url, parsed) = target_url::resolve_url(reference, schemes, at, problems)?;
+        Some(BrokerUrl {
+            url,
+            shown: target_url::origin(&parsed),
+        })
     }
 
     /// The whole URL, credentials included: for the broker client only.
