@@ -491,3 +491,71 @@ async fn check_refuses_a_program_that_does_not_compile_saying_where() {
     );
     assert!(!text.contains("(\"fine\")"), "{text}");
 }
+
+/// Many requests at once through one transform process: each answer
+/// reaches its own request, and a loop or a crash among them fails only
+/// the request it ran on, while those queued behind it in the same batch
+/// are answered by a new process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_requests_get_their_own_answers_and_a_runaway_fails_only_its_own() {
+    use hookbox::delivery::transform::eval::Reply as Out;
+    use hookbox::delivery::transform::pool::Pool;
+
+    let pool = std::sync::Arc::new(
+        Pool::with(
+            env!("CARGO_BIN_EXE_hookbox").into(),
+            vec![
+                "{n: .n, who: $event.who}",
+                "last(repeat(.))",
+                "def f: [f]; f",
+            ],
+            1,
+            Duration::from_millis(300),
+        )
+        .unwrap(),
+    );
+    let started = Instant::now();
+    let mut runs = tokio::task::JoinSet::new();
+    for i in 0..300u32 {
+        let pool = pool.clone();
+        let program = match i {
+            50 => 1,
+            120 => 2,
+            _ => 0,
+        };
+        runs.spawn(async move {
+            let event = format!(r#"{{"who": "w{i}"}}"#);
+            let body = format!(r#"{{"n": {i}, "pad": "{}"}}"#, "x".repeat(i as usize * 10));
+            (
+                i,
+                pool.run(program, event.as_bytes(), body.as_bytes()).await,
+            )
+        });
+    }
+    let mut answered = 0;
+    while let Some(run) = runs.join_next().await {
+        let (i, reply) = run.unwrap();
+        answered += 1;
+        match i {
+            50 => assert!(
+                matches!(&reply, Out::Failed(why) if why.contains("time limit of 300ms")),
+                "{reply:?}"
+            ),
+            120 => assert!(
+                matches!(&reply, Out::Failed(why) if why.contains("transform process died")),
+                "{reply:?}"
+            ),
+            _ => assert_eq!(
+                reply,
+                Out::Json(format!(r#"{{"n":{i},"who":"w{i}"}}"#).into_bytes()),
+                "request {i}"
+            ),
+        }
+    }
+    assert_eq!(answered, 300);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+}

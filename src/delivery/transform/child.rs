@@ -7,7 +7,7 @@
 //! process only; hookbox sees the pipe close or its time bound pass,
 //! fails that delivery and starts another process ([`super::pool`]).
 
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Write as _};
 use std::process::ExitCode;
 
 use super::eval::{self, Reply};
@@ -22,6 +22,9 @@ pub const ARG: &str = "__transform";
 /// the machine before its time bound.
 pub const MEMORY_LIMIT: u64 = 1 << 30;
 
+/// Linux's default pipe buffer.
+const PIPE_BYTES: usize = 1 << 16;
+
 /// Runs the transform process on stdin and stdout.
 pub fn serve() -> ExitCode {
     // Best effort: a system that refuses the limit still has the time bound.
@@ -30,8 +33,10 @@ pub fn serve() -> ExitCode {
         MEMORY_LIMIT,
         MEMORY_LIMIT,
     );
-    let mut input = BufReader::new(std::io::stdin().lock());
-    let mut output = BufWriter::new(std::io::stdout().lock());
+    // As large as a pipe's buffer: a batch of requests is read, and its
+    // replies written, in a few calls.
+    let mut input = BufReader::with_capacity(PIPE_BYTES, std::io::stdin().lock());
+    let mut output = BufWriter::with_capacity(PIPE_BYTES, std::io::stdout().lock());
     let programs: Vec<Result<Filter, String>> = match frame::read_sync(&mut input) {
         Ok(Some(list)) => match serde_json::from_slice::<Vec<String>>(&list) {
             Ok(texts) => texts.iter().map(|t| compile(t)).collect(),
@@ -53,7 +58,15 @@ pub fn serve() -> ExitCode {
             Some((program, event, body)) => answer(&programs, program, event, body),
             None => Reply::Failed("a malformed request reached the transform process".into()),
         };
-        if frame::write_sync(&mut output, &frame::reply(&reply)).is_err() {
+        // The replies of a batch go out together, once no whole request
+        // is left to answer; one still arriving is not waited on unflushed.
+        let reply = frame::reply(&reply);
+        let written = if frame::whole_in(input.buffer()) {
+            output.write_all(&reply)
+        } else {
+            frame::write_sync(&mut output, &reply)
+        };
+        if written.is_err() {
             return ExitCode::FAILURE;
         }
     }

@@ -95,6 +95,17 @@ pub fn read_sync(from: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(payload))
 }
 
+/// Whether `buffered` starts with a whole frame.
+pub fn whole_in(buffered: &[u8]) -> bool {
+    match buffered.get(..4) {
+        Some(len) => {
+            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            buffered.len() - 4 >= len
+        }
+        None => false,
+    }
+}
+
 /// Writes a whole frame and flushes it.
 pub fn write_sync(to: &mut impl Write, frame: &[u8]) -> io::Result<()> {
     to.write_all(frame)?;
@@ -125,5 +136,16 @@ mod tests {
             assert_eq!(parse_reply(payload), Some(r));
         }
         assert_eq!(read_sync(&mut &[][..]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_whole_frame_is_told_from_part_of_one() {
+        let frame = request(0, b"{}", b"body");
+        assert!(whole_in(&frame));
+        assert!(whole_in(&[frame.clone(), frame.clone()].concat()));
+        assert!(!whole_in(&frame[..frame.len() - 1]));
+        assert!(!whole_in(&frame[..3]));
+        assert!(!whole_in(&[]));
+        assert!(whole_in(&[0, 0, 0, 0]));
     }
 }

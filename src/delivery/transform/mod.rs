@@ -25,7 +25,6 @@ pub mod pool;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::json;
 
 use self::eval::Reply;
 use self::pool::Pool;
@@ -114,15 +113,73 @@ pub fn for_destinations<'a>(
 pub fn event(job: &Job) -> Vec<u8> {
     let received_at = std::time::UNIX_EPOCH
         + std::time::Duration::from_millis(u64::try_from(job.received_at).unwrap_or(0));
-    json!({
-        "id": job.event_id,
-        "source": job.source,
-        "destination": job.destination,
-        "event_type": job.event_type,
-        "delivery_id": job.delivery_id,
-        "received_at": humantime::format_rfc3339_seconds(received_at).to_string(),
-        "headers": job.headers,
-    })
-    .to_string()
-    .into_bytes()
+    let event = Event {
+        delivery_id: &job.delivery_id,
+        destination: &job.destination,
+        event_type: job.event_type.as_deref(),
+        headers: &job.headers,
+        id: job.event_id,
+        received_at: humantime::format_rfc3339_seconds(received_at),
+        source: &job.source,
+    };
+    // A struct of plain fields and a map of strings cannot fail to encode.
+    serde_json::to_vec(&event).unwrap_or_default()
+}
+
+/// `$event`'s fields, in the order `$event | keys_unsorted` has always
+/// given (alphabetical, as serde_json's maps keep them).
+#[derive(serde::Serialize)]
+struct Event<'a> {
+    delivery_id: &'a str,
+    destination: &'a str,
+    event_type: Option<&'a str>,
+    headers: &'a serde_json::Map<String, serde_json::Value>,
+    id: i64,
+    #[serde(serialize_with = "serialize_display")]
+    received_at: humantime::Rfc3339Timestamp,
+    source: &'a str,
+}
+
+fn serialize_display<S: serde::Serializer>(
+    value: &impl std::fmt::Display,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn event_is_the_metadata_as_one_json_object_in_key_order() {
+        let mut headers = serde_json::Map::new();
+        headers.insert("x-github-event".into(), json!("push"));
+        let job = Job {
+            event_id: 7,
+            source: "gh".into(),
+            destination: "discord".into(),
+            delivery_id: "d-1\"".into(),
+            event_type: None,
+            received_at: 1_700_000_000_123,
+            content_type: None,
+            headers,
+            body: Bytes::new(),
+            attempt: 1,
+        };
+        let expected = json!({
+            "id": 7,
+            "source": "gh",
+            "destination": "discord",
+            "event_type": null,
+            "delivery_id": "d-1\"",
+            "received_at": "2023-11-14T22:13:20Z",
+            "headers": {"x-github-event": "push"},
+        });
+        assert_eq!(
+            String::from_utf8(event(&job)).unwrap(),
+            expected.to_string()
+        );
+    }
 }

@@ -1,22 +1,32 @@
 //! hookbox's side of the transform processes: a few long-lived children
-//! (`hookbox __transform`, [`super::child`]), each answering one request
-//! at a time, handed out to whichever attempt needs one.
+//! (`hookbox __transform`, [`super::child`]), each fed by a driver task
+//! that takes whatever requests are waiting, writes them to its child in
+//! one go and reads the replies as they come.
 //!
-//! A child that does not answer within the time bound is killed with its
-//! request (SIGKILL, so a loop takes a core for no longer than that), and
-//! one whose pipe closes (a stack overflow, memory past its limit) is
-//! reaped; either way the delivery fails with the reason and the next
-//! request gets a new child. Children run with an empty environment: the
-//! environment holds hookbox's secrets.
+//! A round trip per request cost more than the program did (two pipe
+//! writes, two reads, a wakeup on each side), so requests ride together:
+//! a batch is whatever queued while the driver was busy, and the child
+//! flushes only once it has answered all it holds.
+//!
+//! A child that sends no reply within the time bound is killed (SIGKILL,
+//! so a loop takes a core for no longer than that); one whose pipe closes
+//! (a stack overflow, memory past its limit) is reaped. Since the child
+//! holds replies back until it has answered all it holds, which request
+//! of a batch it broke on is unknown: the unanswered ones go to a new
+//! child one at a time, and the one that breaks it alone fails with the
+//! reason (so a runaway program takes up to twice the bound). Children
+//! run with an empty environment: the environment holds hookbox's
+//! secrets.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::Semaphore;
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::child::{ARG, MEMORY_LIMIT};
 use super::eval::Reply;
@@ -33,21 +43,50 @@ pub const TIME_LIMIT: Duration = Duration::from_secs(1);
 /// How long a new process may take to start and compile the programs.
 const START_LIMIT: Duration = Duration::from_secs(10);
 
+/// The most requests written to a child at once, and the most bytes:
+/// enough to carry a busy destination's queue, short of holding many
+/// large bodies twice.
+const BATCH_REQUESTS: usize = 64;
+const BATCH_BYTES: usize = 1 << 20;
+
 /// The processes that run one set of programs.
 pub struct Pool {
+    requests: mpsc::UnboundedSender<Request>,
+    shared: Arc<Shared>,
+    /// How many children (and drivers) there may be.
+    children: usize,
+    /// Set once the drivers run: they start with the first request, on
+    /// the runtime that makes it.
+    started: OnceLock<()>,
+}
+
+/// What the drivers share.
+struct Shared {
     exe: PathBuf,
     /// The programs' frame, each child's first.
     programs: Vec<u8>,
-    idle: Mutex<Vec<Worker>>,
-    /// One per child that may run at once.
-    slots: Semaphore,
     time_limit: Duration,
+    /// The queue; a driver holds the lock only while it waits for work.
+    queue: Mutex<mpsc::UnboundedReceiver<Request>>,
+}
+
+struct Request {
+    frame: Vec<u8>,
+    reply: oneshot::Sender<Reply>,
 }
 
 struct Worker {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+}
+
+/// Why a child stopped answering a batch.
+enum Broke {
+    /// Its pipe closed or carried garbage.
+    Died,
+    /// No reply within the time bound.
+    TimedOut,
 }
 
 impl Pool {
@@ -61,105 +100,220 @@ impl Pool {
         };
         let texts: Vec<&str> = programs.iter().map(|p| &**p).collect();
         let children = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4));
-        Ok(Pool {
-            exe,
-            programs: frame::with_length(&serde_json::to_vec(&texts)?),
-            idle: Mutex::new(Vec::new()),
-            slots: Semaphore::new(children),
-            time_limit: TIME_LIMIT,
-        })
+        Ok(Pool::with(exe, texts, children, TIME_LIMIT)?)
     }
 
-    /// With a time bound other than [`TIME_LIMIT`].
-    pub fn with_time_limit(mut self, limit: Duration) -> Self {
-        self.time_limit = limit;
-        self
+    /// A pool that starts `exe`, with `children` processes at most and
+    /// `time_limit` per program run.
+    pub fn with(
+        exe: PathBuf,
+        programs: Vec<&str>,
+        children: usize,
+        time_limit: Duration,
+    ) -> serde_json::Result<Pool> {
+        let (requests, queue) = mpsc::unbounded_channel();
+        Ok(Pool {
+            requests,
+            shared: Arc::new(Shared {
+                exe,
+                programs: frame::with_length(&serde_json::to_vec(&programs)?),
+                time_limit,
+                queue: Mutex::new(queue),
+            }),
+            children: children.max(1),
+            started: OnceLock::new(),
+        })
     }
 
     /// Runs program `program` over `body` with `$event` = `event`.
     pub async fn run(&self, program: u32, event: &[u8], body: &[u8]) -> Reply {
-        let Ok(_slot) = self.slots.acquire().await else {
-            return Reply::Failed("the transform processes are shut down".into());
+        self.started.get_or_init(|| {
+            for _ in 0..self.children {
+                tokio::spawn(drive(self.shared.clone()));
+            }
+        });
+        let (reply, answer) = oneshot::channel();
+        let request = Request {
+            frame: frame::request(program, event, body),
+            reply,
         };
-        let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-        let mut worker = match idle {
-            Some(worker) => worker,
-            None => match self.spawn().await {
-                Ok(worker) => worker,
+        if self.requests.send(request).is_err() {
+            return shut_down();
+        }
+        answer.await.unwrap_or_else(|_| shut_down())
+    }
+}
+
+fn shut_down() -> Reply {
+    Reply::Failed("the transform processes are shut down".into())
+}
+
+/// One driver: takes batches off the queue and has its child answer them,
+/// until the pool is dropped.
+async fn drive(shared: Arc<Shared>) {
+    let mut worker: Option<Worker> = None;
+    let mut batch: VecDeque<Request> = VecDeque::new();
+    // Requests to send one at a time: those a batch left unanswered when
+    // its child broke. The child holds back replies until it has answered
+    // every request it holds, so the one it broke on is not known until
+    // each is tried alone.
+    let mut suspects = 0usize;
+    loop {
+        if batch.is_empty() && !take_batch(&shared, &mut batch).await {
+            return;
+        }
+        let current = match worker.as_mut() {
+            Some(current) => current,
+            None => match spawn(&shared).await {
+                Ok(started) => worker.insert(started),
                 Err(e) => {
-                    return Reply::Unavailable(format!("cannot start a transform process: {e}"));
+                    let why = format!("cannot start a transform process: {e}");
+                    for request in batch.drain(..) {
+                        let _ = request.reply.send(Reply::Unavailable(why.clone()));
+                    }
+                    suspects = 0;
+                    continue;
                 }
             },
         };
-        let request = frame::request(program, event, body);
-        match tokio::time::timeout(self.time_limit, exchange(&mut worker, &request)).await {
-            Ok(Ok(reply)) => {
-                if let Ok(mut idle) = self.idle.lock() {
-                    idle.push(worker);
-                }
-                reply
-            }
-            Ok(Err(_)) => Reply::Failed(format!(
+        let sent = if suspects > 0 { 1 } else { batch.len() };
+        suspects = suspects.saturating_sub(1);
+        let queued = batch.len();
+        let Err(broke) = answer(current, &mut batch, sent, shared.time_limit).await else {
+            continue;
+        };
+        let unanswered = sent - (queued - batch.len());
+        let Some(broken) = worker.take() else {
+            continue;
+        };
+        let why = match broke {
+            Broke::Died => format!(
                 "the transform process died ({}): runaway recursion, or memory past {} MiB?",
-                ended(worker.child).await,
+                ended(broken.child).await,
                 MEMORY_LIMIT >> 20
-            )),
-            Err(_) => {
+            ),
+            Broke::TimedOut => {
                 // Dropping it kills it (kill_on_drop); the runtime reaps it.
-                drop(worker);
-                Reply::Failed(format!(
+                drop(broken);
+                format!(
                     "the program ran past its time limit of {} and was stopped",
-                    humantime::format_duration(self.time_limit)
-                ))
+                    humantime::format_duration(shared.time_limit)
+                )
             }
-        }
-    }
-
-    async fn spawn(&self) -> std::io::Result<Worker> {
-        let mut child = Command::new(&self.exe)
-            .arg(ARG)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
-        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(std::io::Error::other("the child's pipes are missing"));
         };
-        stdin.write_all(&self.programs).await?;
-        let mut worker = Worker {
-            child,
-            stdin,
-            stdout: BufReader::new(stdout),
-        };
-        match tokio::time::timeout(START_LIMIT, read_reply(&mut worker)).await {
-            Ok(Ok(Reply::Nothing)) => Ok(worker),
-            Ok(Ok(_)) => Err(std::io::Error::other("an unexpected first answer")),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(std::io::Error::other(format!(
-                "not ready within {}",
-                humantime::format_duration(START_LIMIT)
-            ))),
+        if sent == 1 {
+            if let Some(request) = batch.pop_front() {
+                let _ = request.reply.send(Reply::Failed(why));
+            }
+        } else {
+            suspects = unanswered;
         }
     }
 }
 
-/// Sends one request and reads its reply.
-async fn exchange(worker: &mut Worker, request: &[u8]) -> std::io::Result<Reply> {
-    worker.stdin.write_all(request).await?;
-    worker.stdin.flush().await?;
-    read_reply(worker).await
+/// Waits for a request, then takes the others already queued, up to a
+/// batch; false once the pool is gone.
+async fn take_batch(shared: &Shared, batch: &mut VecDeque<Request>) -> bool {
+    let mut queue = shared.queue.lock().await;
+    let Some(first) = queue.recv().await else {
+        return false;
+    };
+    let mut bytes = first.frame.len();
+    batch.push_back(first);
+    while batch.len() < BATCH_REQUESTS && bytes < BATCH_BYTES {
+        match queue.try_recv() {
+            Ok(request) => {
+                bytes += request.frame.len();
+                batch.push_back(request);
+            }
+            Err(_) => break,
+        }
+    }
+    true
+}
+
+/// Writes the first `n` requests of the batch while reading their replies,
+/// handing each to its request and taking it off the batch; on `Err`, the
+/// unanswered ones are still there.
+async fn answer(
+    worker: &mut Worker,
+    batch: &mut VecDeque<Request>,
+    n: usize,
+    time_limit: Duration,
+) -> Result<(), Broke> {
+    let sent = n.min(batch.len());
+    let mut out = Vec::with_capacity(batch.iter().take(sent).map(|r| r.frame.len()).sum());
+    for request in batch.iter().take(sent) {
+        out.extend_from_slice(&request.frame);
+    }
+    let Worker { stdin, stdout, .. } = worker;
+    // Writing and reading at once: a batch larger than the pipe holds
+    // would otherwise wait on a child waiting on its own full stdout.
+    let write = async {
+        stdin.write_all(&out).await?;
+        stdin.flush().await
+    };
+    let read = async {
+        for _ in 0..sent {
+            let reply = match tokio::time::timeout(time_limit, read_reply(stdout)).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => return Err(Broke::Died),
+                Err(_) => return Err(Broke::TimedOut),
+            };
+            if let Some(request) = batch.pop_front() {
+                let _ = request.reply.send(reply);
+            }
+        }
+        Ok(())
+    };
+    tokio::pin!(write, read);
+    let mut writing = true;
+    loop {
+        tokio::select! {
+            // A failed write means the child is gone: the read sees it.
+            _ = &mut write, if writing => writing = false,
+            done = &mut read => return done,
+        }
+    }
+}
+
+async fn spawn(shared: &Shared) -> std::io::Result<Worker> {
+    let mut child = Command::new(&shared.exe)
+        .arg(ARG)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(std::io::Error::other("the child's pipes are missing"));
+    };
+    stdin.write_all(&shared.programs).await?;
+    let mut stdout = BufReader::new(stdout);
+    match tokio::time::timeout(START_LIMIT, read_reply(&mut stdout)).await {
+        Ok(Ok(Reply::Nothing)) => Ok(Worker {
+            child,
+            stdin,
+            stdout,
+        }),
+        Ok(Ok(_)) => Err(std::io::Error::other("an unexpected first answer")),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(std::io::Error::other(format!(
+            "not ready within {}",
+            humantime::format_duration(START_LIMIT)
+        ))),
+    }
 }
 
 /// Reads one reply.
-async fn read_reply(worker: &mut Worker) -> std::io::Result<Reply> {
-    let len = worker.stdout.read_u32_le().await? as usize;
+async fn read_reply(stdout: &mut BufReader<ChildStdout>) -> std::io::Result<Reply> {
+    let len = stdout.read_u32_le().await? as usize;
     if len > MAX_FRAME {
         return Err(std::io::Error::other("a reply frame too long"));
     }
     let mut payload = vec![0u8; len];
-    worker.stdout.read_exact(&mut payload).await?;
+    stdout.read_exact(&mut payload).await?;
     frame::parse_reply(payload).ok_or_else(|| std::io::Error::other("a malformed reply"))
 }
 
