@@ -559,3 +559,88 @@ async fn batched_requests_get_their_own_answers_and_a_runaway_fails_only_its_own
         started.elapsed()
     );
 }
+
+/// The transform processes of the process `parent`, as `(pid, state, user
+/// CPU in clock ticks)` from `/proc` (state `Z`: exited, not yet reaped).
+fn transform_processes(parent: u32) -> Vec<(u32, char, u64)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let (Ok(stat), Ok(cmdline)) = (
+            std::fs::read_to_string(entry.path().join("stat")),
+            std::fs::read(entry.path().join("cmdline")),
+        ) else {
+            continue;
+        };
+        // After the `(comm)`: state, then ppid.
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        let is_transform = cmdline
+            .split(|&b| b == 0)
+            .any(|arg| arg == hookbox::delivery::transform::child::ARG.as_bytes());
+        if fields[1] == parent.to_string() && is_transform {
+            let state = fields[0].chars().next().unwrap();
+            found.push((pid, state, fields[11].parse().unwrap()));
+        }
+    }
+    found
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaps: this
+/// machine's PID 1 does not).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => true,
+    }
+}
+
+/// hookbox killed with SIGKILL while a program loops: its transform
+/// process must not spin on a core for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transform_process_ends_when_hookbox_is_killed_mid_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    let sources = source(&destination(
+        "loop",
+        "command = [\"true\"]\ntransform = 'last(repeat(.))'",
+    ));
+    let mut server = ChildServer::spawn_ready(dir.path(), &db, &sources, "", 0).await;
+    for i in 0..5 {
+        post(server.addr, &format!("k{i}"), "push", br#"{"i": 1}"#).await;
+    }
+    let pid = server.pid();
+    // Past starting up (a process killed while it starts dies writing its
+    // first answer): 0.2 s of CPU in the loop.
+    let looping = eventually("a transform process running the loop", || {
+        let found = transform_processes(pid);
+        found
+            .iter()
+            .any(|&(_, state, ticks)| state == 'R' && ticks >= 20)
+            .then_some(found)
+    })
+    .await;
+    server.kill9();
+    let started = Instant::now();
+    for (child, _, _) in looping {
+        while !ended(child) {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "transform process {child} still runs {:?} after hookbox was killed",
+                started.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

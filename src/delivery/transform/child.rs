@@ -27,6 +27,7 @@ const PIPE_BYTES: usize = 1 << 16;
 
 /// Runs the transform process on stdin and stdout.
 pub fn serve() -> ExitCode {
+    watch_parent();
     // Best effort: a system that refuses the limit still has the time bound.
     let _ = nix::sys::resource::setrlimit(
         nix::sys::resource::Resource::RLIMIT_AS,
@@ -71,6 +72,38 @@ pub fn serve() -> ExitCode {
         }
     }
 }
+
+/// Ends this process once hookbox is gone. A process busy in a loop
+/// never reads the end of its stdin, so a hookbox killed with SIGKILL (or
+/// crashing) would otherwise leave it spinning on a core for good; its
+/// parent changing is the sign. (`PR_SET_PDEATHSIG` fires when the
+/// parent's *thread* that started it ends, which a runtime's threads do.)
+/// Returns once the thread runs: a thread's start maps memory, which the
+/// address-space limit set next may no longer allow.
+fn watch_parent() {
+    let parent = nix::unistd::getppid();
+    let (running, started) = std::sync::mpsc::channel();
+    let watcher = std::thread::Builder::new()
+        .name("parent-watch".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let _ = running.send(());
+            loop {
+                std::thread::sleep(PARENT_CHECK);
+                if nix::unistd::getppid() != parent {
+                    std::process::exit(1);
+                }
+            }
+        });
+    // Best effort: without the thread, the time bound still applies while
+    // hookbox runs.
+    if watcher.is_ok() {
+        let _ = started.recv();
+    }
+}
+
+/// How often a transform process checks that hookbox is still there.
+const PARENT_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn answer(programs: &[Result<Filter, String>], program: u32, event: &[u8], body: &[u8]) -> Reply {
     let filter = match programs.get(program as usize) {
