@@ -17,9 +17,14 @@ use crate::config::transform::{Filter, compile};
 /// The first argument that makes `hookbox` a transform process.
 pub const ARG: &str = "__transform";
 
-/// The address space a transform process may take: far more than any
-/// payload needs, short of what a runaway `[range(1e10)]` would eat of
-/// the machine before its time bound.
+/// The address space a transform process may take beyond what it has
+/// mapped when it starts: far more than any payload needs, short of what
+/// a runaway `[range(1e10)]` would eat of the machine before its time
+/// bound. Counted from the start, not from zero: the allocator reserves
+/// an arena of address space (mimalloc: 1 GiB) before `main`, and a
+/// limit below what is already mapped would leave the stack no room to
+/// grow (SIGSEGV while compiling a program). So a program may use from
+/// this much up to this plus the arena.
 pub const MEMORY_LIMIT: u64 = 1 << 30;
 
 /// Linux's default pipe buffer.
@@ -28,12 +33,13 @@ const PIPE_BYTES: usize = 1 << 16;
 /// Runs the transform process on stdin and stdout.
 pub fn serve() -> ExitCode {
     watch_parent();
-    // Best effort: a system that refuses the limit still has the time bound.
-    let _ = nix::sys::resource::setrlimit(
-        nix::sys::resource::Resource::RLIMIT_AS,
-        MEMORY_LIMIT,
-        MEMORY_LIMIT,
-    );
+    // Best effort: a system that refuses the limit (or does not say what
+    // is mapped) still has the time bound.
+    if let Some(mapped) = mapped_bytes() {
+        let limit = mapped.saturating_add(MEMORY_LIMIT);
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_AS, limit, limit);
+    }
     // As large as a pipe's buffer: a batch of requests is read, and its
     // replies written, in a few calls.
     let mut input = BufReader::with_capacity(PIPE_BYTES, std::io::stdin().lock());
@@ -71,6 +77,15 @@ pub fn serve() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+}
+
+/// The address space this process has mapped (`VmSize` of
+/// `/proc/self/status`).
+fn mapped_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmSize:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Ends this process once hookbox is gone. A process busy in a loop

@@ -298,7 +298,10 @@ async fn spawn(shared: &Shared) -> std::io::Result<Worker> {
             stdout,
         }),
         Ok(Ok(_)) => Err(std::io::Error::other("an unexpected first answer")),
-        Ok(Err(e)) => Err(e),
+        Ok(Err(e)) => Err(std::io::Error::other(format!(
+            "{e} ({})",
+            ended(child).await
+        ))),
         Err(_) => Err(std::io::Error::other(format!(
             "not ready within {}",
             humantime::format_duration(START_LIMIT)
