@@ -119,7 +119,7 @@ pub fn event(job: &Job) -> Vec<u8> {
         event_type: job.event_type.as_deref(),
         headers: &job.headers,
         id: job.event_id,
-        received_at: humantime::format_rfc3339_seconds(received_at),
+        received_at: humantime::format_rfc3339_seconds(received_at).to_string(),
         source: &job.source,
     };
     // A struct of plain fields and a map of strings cannot fail to encode.
@@ -135,16 +135,8 @@ struct Event<'a> {
     event_type: Option<&'a str>,
     headers: &'a serde_json::Map<String, serde_json::Value>,
     id: i64,
-    #[serde(serialize_with = "serialize_display")]
-    received_at: humantime::Rfc3339Timestamp,
+    received_at: String,
     source: &'a str,
-}
-
-fn serialize_display<S: serde::Serializer>(
-    value: &impl std::fmt::Display,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(value)
 }
 
 #[cfg(test)]

@@ -162,10 +162,10 @@ async fn drive(shared: Arc<Shared>) {
         if batch.is_empty() && !take_batch(&shared, &mut batch).await {
             return;
         }
-        let current = match worker.as_mut() {
+        let mut current = match worker.take() {
             Some(current) => current,
             None => match spawn(&shared).await {
-                Ok(started) => worker.insert(started),
+                Ok(started) => started,
                 Err(e) => {
                     let why = format!("cannot start a transform process: {e}");
                     for request in batch.drain(..) {
@@ -179,22 +179,20 @@ async fn drive(shared: Arc<Shared>) {
         let sent = if suspects > 0 { 1 } else { batch.len() };
         suspects = suspects.saturating_sub(1);
         let queued = batch.len();
-        let Err(broke) = answer(current, &mut batch, sent, shared.time_limit).await else {
+        let Err(broke) = answer(&mut current, &mut batch, sent, shared.time_limit).await else {
+            worker = Some(current);
             continue;
         };
         let unanswered = sent - (queued - batch.len());
-        let Some(broken) = worker.take() else {
-            continue;
-        };
         let why = match broke {
             Broke::Died => format!(
                 "the transform process died ({}): runaway recursion, or memory past {} MiB?",
-                ended(broken.child).await,
+                ended(current.child).await,
                 MEMORY_LIMIT >> 20
             ),
             Broke::TimedOut => {
                 // Dropping it kills it (kill_on_drop); the runtime reaps it.
-                drop(broken);
+                drop(current);
                 format!(
                     "the program ran past its time limit of {} and was stopped",
                     humantime::format_duration(shared.time_limit)
