@@ -18,6 +18,8 @@
 #   FLOOR=1 bench/run.sh               # first what the machine allows any receiver (bench/floor.sh)
 #   BROKERS=1 SCENARIOS=deliver bench/run.sh   # deliver beside each broker kind
 #   BROKERS=1 bench/run.sh --concurrency 4     # ... with that destination concurrency
+#   PAUSED=1 BROKERS=1 SCENARIOS=deliver bench/run.sh   # the destination paused during
+#                                      # the ingest, resumed after: the drain is its delivery rate alone
 #   SCENARIOS=perf bench/run.sh        # Perf II's four figures beside the floor (bench/perf.sh)
 #
 # Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
@@ -233,6 +235,12 @@ for scenario in $SCENARIOS; do
                 extra=(--outage before "${outage[@]}")
             fi ;;
         *) echo "unknown scenario: $scenario (use perf, new, new_nosearch, wrk, floor, dup90, dupNN, deliver, deliver2, deliver_idle, transform, deliver_nats, deliver_redis, deliver_amqp, deliver_mqtt, pull_latency, pull_listen, pull_listen_ingest, pull_idle, outage or outage_before)" >&2; exit 2 ;;
+    esac
+    # PAUSED=1: the destination holds the whole ingest as its backlog,
+    # so the drain is the delivery rate with the machine to itself.
+    case "$scenario" in
+        deliver|deliver_nats|deliver_redis|deliver_amqp|deliver_mqtt|transform)
+            if [ "${PAUSED:-0}" = 1 ]; then extra+=(--paused); fi ;;
     esac
     runs="$RUNS"
     connections="$CONNECTIONS"

@@ -147,6 +147,12 @@ struct Args {
     /// kind's default), to compare attempts in flight.
     #[arg(long, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
     concurrency: Option<usize>,
+    /// With --deliver: the destination is paused (by hand, through the
+    /// admin API) while the load runs and resumed when it stops, so the
+    /// drain is the whole ingest's backlog: how fast the destination kind
+    /// delivers with the machine to itself.
+    #[arg(long, requires = "deliver", conflicts_with_all = ["routes", "listen"])]
+    paused: bool,
     /// With --transform: every body that arrives must be exactly this (the
     /// program's output for the push bodies sent), or it counts as a bad
     /// signature.
@@ -478,10 +484,21 @@ async fn scenario(args: Args) -> Result<bool> {
     let own_pid = std::process::id();
     let cpu_before = (proc_cpu(pid, ticks).ok(), proc_cpu(own_pid, ticks).ok());
     let tree_before = proc_tree_cpu(pid, ticks).ok();
+    // The single `[sources.deliver]` table is the destination `default`.
+    if args.paused {
+        server
+            .admin_post("/api/destinations/github/default/pause")
+            .await?;
+    }
     let load_started = Instant::now();
     let load = load::run(Arc::new(cfg)).await;
     let load_wall = load_started.elapsed();
     let ingest_end = Instant::now();
+    if args.paused {
+        server
+            .admin_post("/api/destinations/github/default/resume")
+            .await?;
+    }
     // How far the index trails the last insert when the load stops.
     let lag_at_end = search_figures(&server.database).ok().map(|f| f.lag_rows);
     let cpu_used = |before: Option<Duration>, pid: u32| {

@@ -33,6 +33,8 @@ pub struct Server {
     pid: u32,
     /// The public listener, where `/hooks/github` and `/readyz` live.
     pub public: SocketAddr,
+    /// The admin listener, where `/api/...` lives.
+    admin: SocketAddr,
     pub database: PathBuf,
     log: PathBuf,
     /// Kept so the directory lives as long as the server; `None` once kept.
@@ -135,6 +137,7 @@ impl Server {
             child,
             pid,
             public,
+            admin,
             database,
             log,
             dir: Some(dir),
@@ -172,6 +175,28 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// One `POST path` on the admin listener with the token hookbox
+    /// generated next to its database; an answer other than 200 is an
+    /// error.
+    pub async fn admin_post(&self, path: &str) -> Result<()> {
+        let token = std::fs::read_to_string(self.dir_path.join("admin-token"))
+            .context("reading the generated admin token")?;
+        let mut sender = crate::load::connect(self.admin).await?;
+        let request = Request::post(path)
+            .header("host", self.admin.to_string())
+            .header("authorization", format!("Bearer {}", token.trim()))
+            .body(http_body_util::Full::new(Bytes::new()))
+            .context("an admin request")?;
+        let (status, body) = crate::load::send(&mut sender, request).await?;
+        if status != StatusCode::OK {
+            bail!(
+                "POST {path} answered {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            );
+        }
+        Ok(())
     }
 
     /// Keeps the temp dir (config, database, log) after the run and returns
