@@ -69,6 +69,79 @@ async fn every_event_is_one_entry_with_its_metadata_and_exact_body() {
     hookbox.assert_never_shows(&broker.password);
 }
 
+/// `calls` of `EVALSHA` so far, from `INFO commandstats`.
+async fn evalsha_calls(broker: &Broker) -> u64 {
+    let info: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connect(broker).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn adds_waiting_together_share_a_call_and_each_keeps_its_outcome() {
+    let Some(broker) = Broker::start(BrokerKind::Redis).await else {
+        return;
+    };
+    let _: () = ::redis::cmd("SET")
+        .arg("hooks:bad")
+        .arg("not a stream")
+        .query_async(&mut connect(&broker).await)
+        .await
+        .unwrap();
+    let sources = broker_source(
+        &format!(
+            r#"redis = {{ url = "{}", stream = "hooks:{{/tag}}" }}"#,
+            broker.url()
+        ),
+        2,
+    );
+    let hookbox = Hookbox::start(&sources).await;
+    // Held back while they arrive, so that they all wait at once.
+    let paused = hookbox
+        .server
+        .admin_post(
+            "/api/destinations/github/default/pause",
+            serde_json::json!({}),
+        )
+        .await;
+    assert!(paused.status().is_success(), "{}", paused.status());
+    let mut sent = BTreeMap::new();
+    for n in 0..41 {
+        let (id, body) = hookbox.post(if n == 20 { "bad" } else { "good" }, n).await;
+        if n != 20 {
+            sent.insert(id, body);
+        }
+    }
+    let before = evalsha_calls(&broker).await;
+    let resumed = hookbox
+        .server
+        .admin_post(
+            "/api/destinations/github/default/resume",
+            serde_json::json!({}),
+        )
+        .await;
+    assert!(resumed.status().is_success(), "{}", resumed.status());
+    hookbox.wait_for("dead", 1, Duration::from_secs(20)).await;
+    hookbox
+        .wait_for("delivered", 40, Duration::from_secs(20))
+        .await;
+    // 41 adds, then the refused one's second attempt.
+    let calls = evalsha_calls(&broker).await - before;
+    assert!(calls < 42, "{calls} calls for 42 adds: none was shared");
+    assert_exactly(&sent, &held(&broker, "hooks:good").await);
+    let errors: Vec<String> = hookbox
+        .attempt_errors()
+        .into_iter()
+        .filter(|e| !e.is_empty())
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors.iter().all(|e| e.contains("WRONGTYPE")), "{errors:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn maxlen_trims_the_stream_approximately() {
     let Some(broker) = Broker::start(BrokerKind::Redis).await else {
