@@ -50,8 +50,8 @@
 # load generator starts the real server on a free loopback port in a temp
 # dir (nats-server with JetStream and a file stream capturing hooks.>;
 # redis-server with appendonly yes, appendfsync always; RabbitMQ with a
-# durable topic exchange and a durable queue bound to it; Mosquitto with a
-# QoS 1 subscriber), and kills it at the end. Delivered/s (in the measured
+# durable topic exchange and a durable classic queue (version 2) bound
+# to it; Mosquitto with a QoS 1 subscriber), and kills it at the end. Delivered/s (in the measured
 # window) and the drain come from the database's delivered rows, sampled
 # every 50 ms; the check: every row delivered and the broker holds exactly
 # as many messages as rows were delivered.

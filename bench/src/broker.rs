@@ -270,7 +270,11 @@ impl Drop for Broker {
     }
 }
 
-/// The durable queue (`passive`: only its message count).
+/// The durable queue (`passive`: only its message count), a classic
+/// queue of version 2: RabbitMQ 3.10's version 1 spent about a third more
+/// of the broker's CPU per persistent message, and a drain into it made
+/// 6.5k/s against 8.0k/s (benchmark page, 2026-12-07); version 2 is the
+/// default from 3.13 on.
 async fn declare_queue(channel: &lapin::Channel, passive: bool) -> Result<u32> {
     use lapin::options::QueueDeclareOptions;
     use lapin::types::FieldTable;
@@ -279,8 +283,10 @@ async fn declare_queue(channel: &lapin::Channel, passive: bool) -> Result<u32> {
         passive,
         ..Default::default()
     };
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-queue-version".into(), lapin::types::AMQPValue::LongInt(2));
     let queue = channel
-        .queue_declare(AMQP_QUEUE.into(), options, FieldTable::default())
+        .queue_declare(AMQP_QUEUE.into(), options, arguments)
         .await
         .context("declaring the queue")?;
     Ok(queue.message_count())
