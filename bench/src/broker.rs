@@ -284,7 +284,10 @@ async fn declare_queue(channel: &lapin::Channel, passive: bool) -> Result<u32> {
         ..Default::default()
     };
     let mut arguments = FieldTable::default();
-    arguments.insert("x-queue-version".into(), lapin::types::AMQPValue::LongInt(2));
+    arguments.insert(
+        "x-queue-version".into(),
+        lapin::types::AMQPValue::LongInt(2),
+    );
     let queue = channel
         .queue_declare(AMQP_QUEUE.into(), options, arguments)
         .await

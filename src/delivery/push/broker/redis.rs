@@ -28,6 +28,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{mpsc, oneshot};
@@ -80,7 +81,8 @@ const CALL_BYTES: usize = 1 << 20;
 pub struct RedisDestination {
     shared: Arc<Shared>,
     /// Where adds queue for [`Batches`], started by the first attempt (a
-    /// destination is built before the runtime runs).
+    /// destination is built before the runtime runs). Unbounded: no more
+    /// adds wait in it than the destination has attempts in flight.
     adds: OnceLock<mpsc::UnboundedSender<Add>>,
 }
 
@@ -98,7 +100,7 @@ struct Shared {
 struct Add {
     stream: String,
     marker: String,
-    fields: Vec<Vec<u8>>,
+    fields: Vec<Bytes>,
     done: oneshot::Sender<Result<(), String>>,
 }
 
@@ -154,18 +156,18 @@ impl RedisDestination {
 
 /// The metadata, `content-type` when the event has one, and `body`, as
 /// the entry's field and value arguments.
-fn fields(job: &Job) -> Vec<Vec<u8>> {
+fn fields(job: &Job) -> Vec<Bytes> {
     let mut fields = Vec::with_capacity(14);
     for (name, value) in metadata(job) {
-        fields.push(name.as_bytes().to_vec());
-        fields.push(value.into_bytes());
+        fields.push(Bytes::from_static(name.as_bytes()));
+        fields.push(Bytes::from(value));
     }
     if let Some(content_type) = &job.content_type {
-        fields.push(b"content-type".to_vec());
-        fields.push(content_type.as_bytes().to_vec());
+        fields.push(Bytes::from_static(b"content-type"));
+        fields.push(Bytes::copy_from_slice(content_type.as_bytes()));
     }
-    fields.push(b"body".to_vec());
-    fields.push(job.body.to_vec());
+    fields.push(Bytes::from_static(b"body"));
+    fields.push(job.body.clone());
     fields
 }
 
@@ -185,7 +187,7 @@ impl Batches {
                     .iter()
                     .take_while(|add| {
                         let fits = bytes < CALL_BYTES;
-                        bytes += add.fields.iter().map(Vec::len).sum::<usize>();
+                        bytes += add.fields.iter().map(Bytes::len).sum::<usize>();
                         fits
                     })
                     .count();
@@ -225,7 +227,7 @@ impl Shared {
         for add in &adds {
             call.key(&add.stream).key(&add.marker).arg(add.fields.len());
             for field in &add.fields {
-                call.arg(field.as_slice());
+                call.arg(field.as_ref());
             }
         }
         let replies: redis::RedisResult<Vec<Value>> = call.invoke_async(&mut connection).await;
