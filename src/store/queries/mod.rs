@@ -355,8 +355,28 @@ pub fn event_body(conn: &Connection, id: i64) -> anyhow::Result<Option<Option<Ve
 }
 
 /// The event `id` with its deliveries and attempts (oldest first); `None`
-/// if there is none.
+/// if there is none. All of one commit ([`one_snapshot`]).
 pub fn event_detail(conn: &Connection, id: i64) -> anyhow::Result<Option<EventDetail>> {
+    one_snapshot(conn, |conn| event_detail_now(conn, id))
+}
+
+/// Runs `read`'s queries in one read transaction, so that they all see
+/// the same commit. Each on its own, a delivery settled between two of
+/// them showed an event still `pending` beside deliveries already `dead`
+/// and `delivered` (a test of the admin API caught it, now and then).
+fn one_snapshot<T>(
+    conn: &Connection,
+    read: impl FnOnce(&Connection) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let snapshot = conn
+        .unchecked_transaction()
+        .context("starting a read transaction")?;
+    let found = read(&snapshot)?;
+    snapshot.commit().context("ending a read transaction")?;
+    Ok(found)
+}
+
+fn event_detail_now(conn: &Connection, id: i64) -> anyhow::Result<Option<EventDetail>> {
     let sql = format!(
         "SELECT {}, e.order_key, e.content_type, e.headers, e.body,
                 (SELECT min(l.lease_until) FROM leases AS l JOIN deliveries AS x ON x.id = l.delivery
@@ -440,8 +460,12 @@ impl EventState {
 }
 
 /// An event's source, state and deliveries' states, for deciding whether
-/// and where it can be replayed.
+/// and where it can be replayed; all of one commit.
 pub fn event_state(conn: &Connection, id: i64) -> anyhow::Result<Option<EventState>> {
+    one_snapshot(conn, |conn| event_state_now(conn, id))
+}
+
+fn event_state_now(conn: &Connection, id: i64) -> anyhow::Result<Option<EventState>> {
     let found = conn
         .prepare_cached("SELECT source, state, body IS NOT NULL FROM events WHERE id = ?1")?
         .query_row([id], |r| {
@@ -474,6 +498,30 @@ pub(super) mod tests {
     use super::*;
 
     pub(super) use crate::store::test_support::db;
+
+    #[test]
+    fn reads_in_one_snapshot_do_not_see_a_commit_made_between_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("snapshot.db");
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
+            .unwrap();
+        writer
+            .execute_batch("CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (1);")
+            .unwrap();
+        let reader = Connection::open(&path).unwrap();
+        let v =
+            |c: &Connection| -> i64 { c.query_row("SELECT v FROM t", [], |r| r.get(0)).unwrap() };
+        let seen = one_snapshot(&reader, |c| {
+            let first = v(c);
+            writer.execute("UPDATE t SET v = 2", []).unwrap();
+            Ok((first, v(c)))
+        })
+        .unwrap();
+        assert_eq!(seen, (1, 1));
+        assert_eq!(v(&reader), 2);
+    }
 
     pub(super) fn add(conn: &Connection, source: &str, state: &str, received_at: i64) -> i64 {
         conn.execute(
