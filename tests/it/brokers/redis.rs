@@ -81,6 +81,22 @@ async fn evalsha_calls(broker: &Broker) -> u64 {
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
+/// Pauses or resumes (`action`) the destination through the admin API.
+async fn by_hand(hookbox: &Hookbox, action: &str) {
+    let answer = hookbox
+        .server
+        .admin_post(
+            &format!("/api/destinations/github/default/{action}"),
+            serde_json::json!({}),
+        )
+        .await;
+    assert!(
+        answer.status().is_success(),
+        "{action}: {}",
+        answer.status()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn adds_waiting_together_share_a_call_and_each_keeps_its_outcome() {
     let Some(broker) = Broker::start(BrokerKind::Redis).await else {
@@ -101,14 +117,7 @@ async fn adds_waiting_together_share_a_call_and_each_keeps_its_outcome() {
     );
     let hookbox = Hookbox::start(&sources).await;
     // Held back while they arrive, so that they all wait at once.
-    let paused = hookbox
-        .server
-        .admin_post(
-            "/api/destinations/github/default/pause",
-            serde_json::json!({}),
-        )
-        .await;
-    assert!(paused.status().is_success(), "{}", paused.status());
+    by_hand(&hookbox, "pause").await;
     let mut sent = BTreeMap::new();
     for n in 0..41 {
         let (id, body) = hookbox.post(if n == 20 { "bad" } else { "good" }, n).await;
@@ -117,14 +126,7 @@ async fn adds_waiting_together_share_a_call_and_each_keeps_its_outcome() {
         }
     }
     let before = evalsha_calls(&broker).await;
-    let resumed = hookbox
-        .server
-        .admin_post(
-            "/api/destinations/github/default/resume",
-            serde_json::json!({}),
-        )
-        .await;
-    assert!(resumed.status().is_success(), "{}", resumed.status());
+    by_hand(&hookbox, "resume").await;
     hookbox.wait_for("dead", 1, Duration::from_secs(20)).await;
     hookbox
         .wait_for("delivered", 40, Duration::from_secs(20))

@@ -14,7 +14,7 @@
 //! `appendonly yes` and `appendfsync always` on the server, the entry is
 //! on its disk (Redis' own durability settings decide, not hookbox).
 //!
-//! The adds waiting for Redis go in one script call ([`Batches`]): the
+//! The adds waiting for Redis go in one script call ([`make_calls`]): the
 //! script runs `ADD_ONCE`'s steps for each, so each keeps its own marker,
 //! outcome and reason, and the call costs Redis one fsync. With a call
 //! per add, Redis, which reads at most 16 KiB of a connection per turn of
@@ -80,13 +80,13 @@ const CALL_BYTES: usize = 1 << 20;
 
 pub struct RedisDestination {
     shared: Arc<Shared>,
-    /// Where adds queue for [`Batches`], started by the first attempt (a
+    /// Where adds queue for [`make_calls`], started by the first attempt (a
     /// destination is built before the runtime runs). Unbounded: no more
     /// adds wait in it than the destination has attempts in flight.
     adds: OnceLock<mpsc::UnboundedSender<Add>>,
 }
 
-/// What the destination and its [`Batches`] task share.
+/// What the destination and its [`make_calls`] task share.
 struct Shared {
     config: RedisConfig,
     timeout: Duration,
@@ -140,7 +140,7 @@ impl RedisDestination {
         };
         let adds = self.adds.get_or_init(|| {
             let (adds, queued) = mpsc::unbounded_channel();
-            tokio::spawn(Batches::run(Arc::clone(&self.shared), queued));
+            tokio::spawn(make_calls(Arc::clone(&self.shared), queued));
             adds
         });
         if adds.send(add).is_err() {
@@ -175,25 +175,21 @@ fn fields(job: &Job) -> Vec<Bytes> {
 /// while the one before was in flight. (Two at a time split the same
 /// adds into smaller calls, more fsyncs: a Redis drain made 10.7k/s
 /// against 12.7k/s.)
-struct Batches;
-
-impl Batches {
-    async fn run(shared: Arc<Shared>, mut queued: mpsc::UnboundedReceiver<Add>) {
-        let mut adds = Vec::with_capacity(CALL_ADDS);
-        while queued.recv_many(&mut adds, CALL_ADDS).await > 0 {
-            while !adds.is_empty() {
-                let mut bytes = 0;
-                let take = adds
-                    .iter()
-                    .take_while(|add| {
-                        let fits = bytes < CALL_BYTES;
-                        bytes += add.fields.iter().map(Bytes::len).sum::<usize>();
-                        fits
-                    })
-                    .count();
-                let call: Vec<Add> = adds.drain(..take).collect();
-                shared.add_all(call).await;
-            }
+async fn make_calls(shared: Arc<Shared>, mut queued: mpsc::UnboundedReceiver<Add>) {
+    let mut adds = Vec::with_capacity(CALL_ADDS);
+    while queued.recv_many(&mut adds, CALL_ADDS).await > 0 {
+        while !adds.is_empty() {
+            let mut bytes = 0;
+            let take = adds
+                .iter()
+                .take_while(|add| {
+                    let fits = bytes < CALL_BYTES;
+                    bytes += add.fields.iter().map(Bytes::len).sum::<usize>();
+                    fits
+                })
+                .count();
+            let call: Vec<Add> = adds.drain(..take).collect();
+            shared.add_all(call).await;
         }
     }
 }
