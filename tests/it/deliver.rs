@@ -94,6 +94,54 @@ async fn an_event_that_fails_twice_is_delivered_once_signed_and_byte_identical()
     app.shutdown().await;
 }
 
+/// A claim carries small bodies (up to 64 KiB each) to their attempts; a
+/// larger one is read when its attempt starts. Either way the destination
+/// gets the stored bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_carried_by_the_claim_and_bodies_read_at_the_attempt_arrive_identical() {
+    let down = Downstream::start(|_, _| Reply::status(204)).await;
+    let app = TestApp::spawn(&deliver_source(
+        "github",
+        &url_destination(&down.url()),
+        "2s",
+        5,
+    ))
+    .await;
+    let mut sent = Vec::new();
+    for (n, size) in [10usize, 64 * 1024, 64 * 1024 + 1, 300 * 1024, 2_000]
+        .into_iter()
+        .enumerate()
+    {
+        let mut body = format!("{{\"n\":{n},\"pad\":\"").into_bytes();
+        body.resize(size - 2, b'a' + n as u8);
+        body.extend_from_slice(b"\"}");
+        let id = post_event(
+            app.addr,
+            "github",
+            &format!("guid-{n}"),
+            "application/json",
+            &body,
+        )
+        .await;
+        sent.push((id, body));
+    }
+    for (id, _) in &sent {
+        wait_for_state(&app.db_path, *id, "delivered").await;
+    }
+    let hits = down.hits();
+    assert_eq!(hits.len(), sent.len());
+    for (id, body) in &sent {
+        let hit = hits
+            .iter()
+            .find(|h| h.header("x-hookbox-event-id") == id.to_string())
+            .unwrap_or_else(|| panic!("event {id} never arrived"));
+        assert_eq!(hit.body.len(), body.len(), "event {id}");
+        assert!(hit.body[..] == body[..], "event {id}: the body differs");
+        assert_eq!(verify_signature(hit), Ok(()), "event {id}");
+    }
+    app.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_410_is_dead_at_once_exhausted_retries_are_dead_and_replay_delivers_the_same_row() {
     let down = Downstream::start(|delivery, _| match delivery {

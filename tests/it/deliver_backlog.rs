@@ -1,6 +1,7 @@
 //! A backlog of large events for a destination that is down, through the
 //! real binary: the server's memory stays bounded while it retries them
-//! (a claim brings no bodies; an attempt reads its own when it starts),
+//! (a claim carries only bodies of 64 KiB or less, within a budget per
+//! destination; an attempt reads a larger one when it starts),
 //! and ingest keeps answering quickly meanwhile (leasing and settling
 //! events do not rewrite their bodies in the writer).
 

@@ -332,6 +332,8 @@ async fn claim(
         max_delay_ms: i64::try_from(lane.rule.cap.as_millis()).unwrap_or(i64::MAX),
         ahead: false,
         on_failure: lane.rule.on_failure(),
+        // The answer's own byte limit decides which bodies go (`bodies_within`).
+        bodies: 0,
     };
     let lease_until = now.saturating_add(timeout_ms);
     hub.writer

@@ -32,6 +32,7 @@ fn lane_of(source: &str, limit: usize) -> ClaimFrom {
         limit,
         max_delay_ms: i64::MAX,
         ahead: false,
+        bodies: 0,
         on_failure: OnFailure(Arc::new(|attempt, _interrupted, now| {
             if attempt >= MAX_ATTEMPTS {
                 Settled::Dead
@@ -258,7 +259,7 @@ fn ingest(conn: &mut Connection, delivery: &str, key: Option<&str>, at: i64) -> 
 fn claim_plan(conn: &Connection) -> String {
     conn.prepare(&format!("EXPLAIN QUERY PLAN {}", claimable(false)))
         .unwrap()
-        .query_map(params!["s", DEST, 0, 4], |r| r.get::<_, String>(3))
+        .query_map(params!["s", DEST, 0, 4, 1], |r| r.get::<_, String>(3))
         .unwrap()
         .map(Result::unwrap)
         .collect::<Vec<_>>()
@@ -659,6 +660,58 @@ fn a_claim_is_planned_once_however_many_times_it_runs() {
     }
     let stmt = conn.prepare_cached(&claimable(false)).unwrap();
     assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+}
+
+#[test]
+fn a_claim_carries_the_bodies_that_fit_its_budget_and_no_others() {
+    let conn = db();
+    let sizes = [3_000, 4_000, CARRIED_BODY_MAX as usize + 1, 2_000, 0];
+    let ids: Vec<i64> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let id = add(&conn, &format!("e{i}"), None, 10 + i as i64);
+            let body = (size > 0).then(|| vec![b'a' + i as u8; size]);
+            conn.execute(
+                "UPDATE events SET body = ?2 WHERE id = ?1",
+                params![id, body],
+            )
+            .unwrap();
+            id
+        })
+        .collect();
+    let from = ClaimFrom {
+        bodies: 5_500,
+        ..lane_of("s", 10)
+    };
+    let claimed = super::claim(&conn, &from, 100, 1_000).unwrap();
+    assert_eq!(claimed.iter().map(|c| c.event_id).collect::<Vec<_>>(), ids);
+    let carried: Vec<Option<Vec<u8>>> = claimed
+        .iter()
+        .map(|c| c.body.as_ref().map(|b| b.0.clone()))
+        .collect();
+    assert_eq!(
+        carried,
+        vec![
+            Some(vec![b'a'; 3_000]),
+            // Past the budget, and past the largest a claim carries.
+            None,
+            None,
+            Some(vec![b'd'; 2_000]),
+            // A body retention dropped reads as empty, as `body` has it.
+            Some(Vec::new()),
+        ]
+    );
+    assert_eq!(
+        claimed.iter().map(Claimed::carried_bytes).sum::<u64>(),
+        5_000
+    );
+    // Without a budget, a claim carries none.
+    set_all(&conn, "pending");
+    conn.execute("DELETE FROM leases", []).unwrap();
+    let bare = super::claim(&conn, &lane_of("s", 10), 2_000, 3_000).unwrap();
+    assert_eq!(bare.len(), sizes.len());
+    assert!(bare.iter().all(|c| c.body.is_none()));
 }
 
 #[test]

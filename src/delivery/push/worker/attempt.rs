@@ -127,7 +127,7 @@ struct Ran {
 /// Reads the event's body, transforms it, and makes the attempt; `None`
 /// when there was none to make (nothing to record).
 async fn run(
-    claimed: Claimed,
+    mut claimed: Claimed,
     (source, destination): (String, String),
     store: &Store,
     writer: &WriterHandle,
@@ -135,7 +135,10 @@ async fn run(
     stop: &CancellationToken,
 ) -> Option<Ran> {
     let id = claimed.event_id;
-    let body = store.read(move |conn| deliveries::body(conn, id)).await;
+    let body = match claimed.body.take() {
+        Some(carried) => Ok(Some(carried.0)),
+        None => store.read(move |conn| deliveries::body(conn, id)).await,
+    };
     match body {
         Ok(Some(body)) => {
             let mut job = job(claimed, source, destination, body);

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::PREFETCH;
+use super::{CARRIED_BODIES, PREFETCH};
 use crate::config::DeliverConfig;
 use crate::delivery::Destination;
 use crate::delivery::breaker::Breaker;
@@ -101,5 +101,6 @@ pub(super) fn claim_from(i: usize, lane: &Lane, limit: usize) -> ClaimFrom {
         max_delay_ms: i64::try_from(lane.config.backoff_cap.as_millis()).unwrap_or(i64::MAX),
         ahead: lane.breaker.is_paused(),
         on_failure: lane.on_failure.clone(),
+        bodies: CARRIED_BODIES.saturating_sub(lane.queued.iter().map(Claimed::carried_bytes).sum()),
     }
 }

@@ -13,9 +13,11 @@
 //! (`hookbox replay`). There is no fixed polling interval on the hot path:
 //! an idle hookbox starts delivering a fresh event within milliseconds.
 //!
-//! A claim brings events without their bodies; an attempt reads its body
-//! from the read-only pool when it starts, so memory holds at most one body
-//! per running attempt, and the writer never copies a body for dispatch.
+//! A claim brings each lane's events with their bodies, as far as
+//! [`CARRIED_BODIES`] allows for the lane's queue; an attempt whose body
+//! did not come along reads it from the read-only pool when it starts. So
+//! memory holds at most that much per lane, and one body per running
+//! attempt.
 //!
 //! Each attempt's outcome goes back to the writer, which commits it with
 //! the next group; until then the event stays leased, and only the claim
@@ -91,6 +93,10 @@ const RENEW_EVERY: Duration = Duration::from_secs(15);
 /// that under heavy ingest, when every trip through the writer queue waits
 /// behind a group of inserts, one trip still feeds many attempts.
 pub(super) const PREFETCH: usize = 16;
+
+/// The bytes of bodies a lane's queue may hold, carried by its claims: a
+/// busy url destination's queue of 2 KiB events, and half a broker's.
+pub(super) const CARRIED_BODIES: u64 = 1 << 20;
 
 type ClaimFuture = dyn Future<Output = Result<Claims, StoreError>> + Send;
 
