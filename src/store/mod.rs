@@ -283,7 +283,7 @@ const CLI_QUEUE: usize = 16;
 /// The store and a writer of its own for a one-off CLI command that writes
 /// (`hookbox replay`, `purge`, `destination`, `catch-up`), which may run
 /// while the server does. Its writer is the server's writer thread on a
-/// connection of its own: the same writes, groups and savepoints, each
+/// connection of its own: the same writes and groups, each
 /// answered once durable (whatever `server.durability` says); its
 /// transactions wait for the server's rather than fail with
 /// `SQLITE_BUSY`. It never checkpoints on its own account nor indexes for

@@ -20,8 +20,9 @@ use tokio::sync::oneshot;
 use super::counters::Tally;
 use super::error::StoreError;
 
-/// One write, run by the writer inside a group's transaction under a
-/// savepoint of its own.
+/// One write, run by the writer inside a group's transaction; rolled back
+/// alone if it fails (the group runs again, each write under a savepoint
+/// of its own).
 pub trait Write: Send + 'static {
     /// What the asker is answered.
     type Output: Send + 'static;
@@ -40,7 +41,9 @@ pub trait Write: Send + 'static {
 
     /// Applies the write, adding what it counts ([`super::counters`]) to
     /// `tally`. An `Err` rolls back this write alone and answers it
-    /// [`StoreError::Unavailable`]; what it counted is not counted.
+    /// [`StoreError::Unavailable`]; what it counted is not counted. It may
+    /// run twice, the first time rolled back (another write of its group
+    /// failed): it changes nothing but the database and `tally`.
     fn apply(&mut self, tx: &Transaction, tally: &mut Tally) -> anyhow::Result<Self::Output>;
 
     /// Runs just before the answer goes out, once the write is durable (or
@@ -88,6 +91,7 @@ pub(super) fn ask<W: Write>(write: W) -> (Box<dyn Queued>, Answer<W::Output>) {
 
 impl<W: Write> Queued for Asked<W> {
     fn apply(&mut self, tx: &Transaction, tally: &mut Tally) -> anyhow::Result<()> {
+        self.output = None;
         self.output = Some(self.write.apply(tx, tally)?);
         Ok(())
     }

@@ -16,7 +16,8 @@
 //! command of the group is answered [`StoreError::Unavailable`] and nothing
 //! of the group is kept; the next group tries again, so the inbox recovers
 //! by itself once the cause is gone. A command that fails on its own is
-//! rolled back to its savepoint and answered alone; the others commit.
+//! rolled back alone (its group runs again, each command under a savepoint)
+//! and answered alone; the others commit.
 //!
 //! Once nothing has come for a moment, the thread indexes new events for
 //! search in transactions of its own ([`super::search`]), so no answer
@@ -35,7 +36,7 @@
 //!
 //! The same thread runs the CLI's writes, on the CLI's own connection
 //! (`super::open_for_cli`): without a checkpointer, search indexing or
-//! refused requests, with the same groups, savepoints and syncer.
+//! refused requests, with the same groups and syncer.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -102,13 +103,54 @@ const READY_CACHE: Duration = Duration::from_secs(1);
 /// ready: an event of a few kilobytes may still fit, the next will not.
 const MIN_FREE_BYTES: u64 = 1024 * 1024;
 
-/// Runs `batch` in one transaction, each command under its own savepoint,
-/// so a command that fails on its own (a constraint, a bad row) is rolled
-/// back and answered alone while the rest of the group commits. `Err` when
-/// the group as a whole failed: the transaction could not begin or commit,
-/// or SQLite rolled all of it back (it may, on a full disk or an I/O
-/// error), after which nothing of the group may be kept.
+/// Runs `batch` in one transaction, so that a command that fails on its
+/// own (a constraint, a bad row) is rolled back and answered alone while
+/// the rest of the group commits. `Err` when the group as a whole failed:
+/// the transaction could not begin or commit, or SQLite rolled all of it
+/// back (it may, on a full disk or an I/O error), after which nothing of
+/// the group may be kept.
+///
+/// A savepoint per command copies every page the command touches to the
+/// statement journal: a tenth of a delivery drain's rate. So the group
+/// first runs without them, and only a group in which a command fails is
+/// rolled back and run again with them ([`apply_each`]). A write's `apply`
+/// changes only the database and its tally (what it keeps in memory waits
+/// for `answered`), so running it twice is safe.
 fn apply_group(
+    conn: &mut Connection,
+    batch: &mut [Box<dyn Queued>],
+) -> anyhow::Result<Vec<anyhow::Result<()>>> {
+    match apply_all(conn, batch)? {
+        Some(results) => Ok(results),
+        None => apply_each(conn, batch),
+    }
+}
+
+/// Runs `batch` in one transaction without savepoints and commits it;
+/// `None`, with nothing kept, when a command failed.
+fn apply_all(
+    conn: &mut Connection,
+    batch: &mut [Box<dyn Queued>],
+) -> anyhow::Result<Option<Vec<anyhow::Result<()>>>> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .context("beginning a transaction")?;
+    let mut counted = Tally::default();
+    for cmd in batch.iter_mut() {
+        if cmd.apply(&tx, &mut counted).is_err() {
+            // Dropping the transaction rolls it back.
+            return Ok(None);
+        }
+    }
+    if !counted.is_empty() {
+        flush_counters(&tx, &counted)?;
+    }
+    tx.commit().context("committing")?;
+    Ok(Some(batch.iter().map(|_| Ok(())).collect()))
+}
+
+/// Runs `batch` in one transaction, each command under its own savepoint.
+fn apply_each(
     conn: &mut Connection,
     batch: &mut [Box<dyn Queued>],
 ) -> anyhow::Result<Vec<anyhow::Result<()>>> {
