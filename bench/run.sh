@@ -19,7 +19,8 @@
 #   BROKERS=1 SCENARIOS=deliver bench/run.sh   # deliver beside each broker kind
 #   BROKERS=1 bench/run.sh --concurrency 4     # ... with that destination concurrency
 #   PAUSED=1 BROKERS=1 SCENARIOS=deliver bench/run.sh   # the destination paused during
-#                                      # the ingest, resumed after: the drain is its delivery rate alone
+#                                      # the ingest, resumed after: the drain is its delivery rate alone,
+#                                      # with the CPU hookbox (and the broker) spent per delivery in it
 #   SCENARIOS=perf bench/run.sh        # Perf II's four figures beside the floor (bench/perf.sh)
 #
 # Scenarios: new (unique ids), new_nosearch (as new, with `[search] enabled
@@ -318,6 +319,8 @@ DELIVER_FIGURES = [
     ("backlog_at_ingest_end", "backlog at ingest end", 0),
     ("drain_secs", "drain s", 2),
     ("drain_per_sec", "drain delivered/s", 0),
+    ("drain_server_us_per_delivery", "server CPU us/delivery in a paused drain", 1),
+    ("drain_broker_us_per_delivery", "broker CPU us/delivery in a paused drain", 1),
     ("backlog_remaining", "backlog left at cap", 0),
     ("rows_undelivered", "rows not delivered", 0),
     ("downstream_missing", "202s never delivered", 0),
@@ -426,6 +429,9 @@ if deliver:
     keys = ["delivered_per_sec", "recv_to_downstream_p50_ms", "recv_to_downstream_p99_ms",
             "drain_secs", "drain_per_sec", "backlog_remaining", "rows_undelivered",
             "downstream_missing", "downstream_extra", "downstream_duplicates"]
+    # Paused runs: what the drain cost hookbox (and the broker) per delivery.
+    keys += [k for k in ("drain_server_us_per_delivery", "drain_broker_us_per_delivery")
+             if any(k in r and r[k] is not None for rs in deliver.values() for r in rs)]
     head = ["scenario"] + keys + ["drained"]
     table = [head]
     for scenario, rs in deliver.items():

@@ -360,6 +360,9 @@ struct Report {
     /// CPU time of the server and its children (transform processes) from
     /// the load's start to the drain's end.
     tree_cpu: Option<Duration>,
+    /// `--paused` runs only: CPU time of the server and its children, and
+    /// of the broker, from the resume to the drain's end.
+    drain_cpu: Option<(Duration, Option<Duration>)>,
     /// `--deliver` runs only.
     deliver: Option<Figures>,
     /// `--broker` runs only.
@@ -499,6 +502,10 @@ async fn scenario(args: Args) -> Result<bool> {
             .admin_post("/api/destinations/github/default/resume")
             .await?;
     }
+    let drain_cpu_before = args.paused.then(|| {
+        let broker_cpu = broker.as_ref().and_then(|b| b.cpu(ticks).ok());
+        (proc_tree_cpu(pid, ticks).ok(), broker_cpu)
+    });
     // How far the index trails the last insert when the load stops.
     let lag_at_end = search_figures(&server.database).ok().map(|f| f.lag_rows);
     let cpu_used = |before: Option<Duration>, pid: u32| {
@@ -529,6 +536,13 @@ async fn scenario(args: Args) -> Result<bool> {
     if let Some(d) = delivered.as_mut() {
         d.stop();
     }
+    let drain_cpu = drain_cpu_before.and_then(|(tree, broker_cpu)| {
+        let tree = proc_tree_cpu(pid, ticks).ok()?.saturating_sub(tree?);
+        let broker_cpu = broker
+            .as_ref()
+            .and_then(|b| Some(b.cpu(ticks).ok()?.saturating_sub(broker_cpu?)));
+        Some((tree, broker_cpu))
+    });
     // Ingest and delivery to the end of the drain, the transform
     // processes included.
     let tree_cpu = proc_tree_cpu(pid, ticks)
@@ -596,6 +610,7 @@ async fn scenario(args: Args) -> Result<bool> {
         server_cpu,
         loadgen_cpu,
         tree_cpu,
+        drain_cpu,
         deliver,
         broker,
         drain_timeout: args.drain_timeout,
@@ -649,6 +664,11 @@ async fn broker_figures(
         held: broker.held(rows_delivered).await?,
         attempts_retry: deliver::count(&attempts, "retry"),
     })
+}
+
+/// CPU time per delivery, in microseconds.
+fn per_delivery(cpu: Duration, deliveries: u64) -> f64 {
+    round(cpu.as_secs_f64() * 1e6 / deliveries.max(1) as f64, 1)
 }
 
 fn per_row(bytes: i64, rows: u64) -> Option<f64> {
@@ -774,6 +794,22 @@ impl Report {
                 ),
             ),
             ("loadgen_cpu_pct", json!(cpu_pct(self.loadgen_cpu))),
+            // Paused: every accepted event is delivered in the drain.
+            (
+                "drain_server_us_per_delivery",
+                json!(
+                    self.drain_cpu
+                        .map(|(c, _)| per_delivery(c, l.total.accepted))
+                ),
+            ),
+            (
+                "drain_broker_us_per_delivery",
+                json!(
+                    self.drain_cpu
+                        .and_then(|(_, b)| b)
+                        .map(|c| per_delivery(c, l.total.accepted))
+                ),
+            ),
             ("shutdown_ms", json!(self.shutdown.as_millis() as u64)),
             ("exit_code", json!(self.exit_code)),
             ("durability", json!(self.durability)),

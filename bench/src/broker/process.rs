@@ -173,6 +173,29 @@ impl Process {
         }
     }
 
+    /// CPU time (user + system) the live processes of the broker's process
+    /// groups have used: RabbitMQ's script, its Erlang VM and helpers.
+    pub fn cpu(&self, ticks_per_sec: f64) -> Result<Duration> {
+        let groups: Vec<u32> = self.children.iter().map(Child::id).collect();
+        let mut ticks = 0u64;
+        for entry in std::fs::read_dir("/proc")?.flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let Some(fields) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            // After the command name: state, ppid, pgrp, ... utime (12th),
+            // stime (13th).
+            let fields: Vec<&str> = fields.split_whitespace().collect();
+            let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            if field(2).is_some_and(|g| groups.iter().any(|&c| u64::from(c) == g)) {
+                ticks += field(11).unwrap_or(0) + field(12).unwrap_or(0);
+            }
+        }
+        Ok(Duration::from_secs_f64(ticks as f64 / ticks_per_sec))
+    }
+
     /// The server's log, for a failure message.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
