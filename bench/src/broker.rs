@@ -79,12 +79,12 @@ impl Broker {
         }
     }
 
-    /// The source's destination: the line of its `[sources.deliver]`.
     /// CPU time the broker's processes have used so far.
     pub fn cpu(&self, ticks_per_sec: f64) -> Result<std::time::Duration> {
         self.process.cpu(ticks_per_sec)
     }
 
+    /// The source's destination: the line of its `[sources.deliver]`.
     pub fn destination(&self) -> String {
         let url = self.url();
         match self.kind {
