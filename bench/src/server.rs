@@ -478,56 +478,74 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
         .with_context(|| format!("no {field} line in {path}"))
 }
 
-/// CPU time (user + system, all threads) a process has used so far.
 /// CPU time of `pid`, the children it reaped, and its live children (the
 /// transform processes of a server).
 pub fn proc_tree_cpu(pid: u32, ticks_per_sec: f64) -> Result<Duration> {
-    let mut total = proc_times(pid, ticks_per_sec, true)?;
-    for entry in std::fs::read_dir("/proc")?.flatten() {
-        let Some(child) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let parent = std::fs::read_to_string(format!("/proc/{child}/stat"))
-            .ok()
-            .and_then(|t| t.rfind(')').map(|i| t[i + 1..].to_owned()))
-            .and_then(|rest| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if parent == Some(pid) {
-            total += proc_times(child, ticks_per_sec, false).unwrap_or_default();
-        }
-    }
-    Ok(total)
+    let own = proc_stat(pid)?;
+    let children: u64 = proc_stats()?
+        .filter(|p| p.parent == pid)
+        .map(|p| p.ticks)
+        .sum();
+    Ok(ticks_to_duration(
+        own.ticks + own.reaped_ticks + children,
+        ticks_per_sec,
+    ))
 }
 
+/// CPU time (user + system, all threads) a process has used so far.
 pub fn proc_cpu(pid: u32, ticks_per_sec: f64) -> Result<Duration> {
-    proc_times(pid, ticks_per_sec, false)
+    Ok(ticks_to_duration(proc_stat(pid)?.ticks, ticks_per_sec))
 }
 
-/// utime + stime of `pid`, and with `reaped` its reaped children's too.
-fn proc_times(pid: u32, ticks_per_sec: f64, reaped: bool) -> Result<Duration> {
+/// What `/proc/<pid>/stat` tells of a process.
+pub struct ProcStat {
+    pub parent: u32,
+    /// Its process group.
+    pub group: u32,
+    /// User + system clock ticks of all its threads.
+    pub ticks: u64,
+    /// Those of the children it reaped.
+    pub reaped_ticks: u64,
+}
+
+/// `pid`'s [`ProcStat`].
+pub fn proc_stat(pid: u32) -> Result<ProcStat> {
     let path = format!("/proc/{pid}/stat");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    // Fields after the parenthesised command name start at field 3 (state);
-    // utime and stime are fields 14 and 15.
+    // Fields after the parenthesised command name start at field 3 (state):
+    // ppid 4, pgrp 5, utime 14, stime 15, cutime 16, cstime 17.
     let after_comm = text
         .rfind(')')
         .map(|i| &text[i + 1..])
         .with_context(|| format!("no command name in {path}"))?;
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<u64> {
+    let field = |i: usize| -> Result<u64> {
         fields
             .get(i)
             .and_then(|f| f.parse().ok())
             .with_context(|| format!("no field {} in {path}", i + 3))
     };
-    let mut total = ticks(11)? + ticks(12)?;
-    if reaped {
-        total += ticks(13)? + ticks(14)?;
-    }
-    Ok(Duration::from_secs_f64(total as f64 / ticks_per_sec))
+    Ok(ProcStat {
+        parent: u32::try_from(field(1)?).context("a parent pid out of range")?,
+        group: u32::try_from(field(2)?).context("a process group out of range")?,
+        ticks: field(11)? + field(12)?,
+        reaped_ticks: field(13)? + field(14)?,
+    })
+}
+
+/// The [`ProcStat`] of every live process (one that ends meanwhile is
+/// left out).
+pub fn proc_stats() -> Result<impl Iterator<Item = ProcStat>> {
+    let entries = std::fs::read_dir("/proc").context("listing /proc")?;
+    Ok(entries.flatten().filter_map(|entry| {
+        let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+        proc_stat(pid).ok()
+    }))
+}
+
+/// `ticks` of the kernel's clock as a duration.
+pub fn ticks_to_duration(ticks: u64, ticks_per_sec: f64) -> Duration {
+    Duration::from_secs_f64(ticks as f64 / ticks_per_sec)
 }
 
 /// The kernel's clock tick rate for `/proc/*/stat` times (`getconf

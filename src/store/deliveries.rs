@@ -159,8 +159,8 @@ pub struct ClaimFrom {
     pub ahead: bool,
     /// What an attempt of this lane whose lease ran out becomes.
     pub on_failure: OnFailure,
-    /// How many bytes of bodies the claim may carry for this lane, in
-    /// order, each of them at most [`CARRIED_BODY_MAX`] (0: none).
+    /// How many bytes of bodies the claim may carry for this lane: each
+    /// body that still fits, of at most [`CARRIED_BODY_MAX`] (0: none).
     pub bodies: u64,
 }
 

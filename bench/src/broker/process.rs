@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::Kind;
+use crate::server::{proc_stats, ticks_to_duration};
 
 /// RabbitMQ's real start script: `/usr/sbin/rabbitmq-server` switches
 /// user and drops the environment.
@@ -177,23 +178,11 @@ impl Process {
     /// groups have used: RabbitMQ's script, its Erlang VM and helpers.
     pub fn cpu(&self, ticks_per_sec: f64) -> Result<Duration> {
         let groups: Vec<u32> = self.children.iter().map(Child::id).collect();
-        let mut ticks = 0u64;
-        for entry in std::fs::read_dir("/proc")?.flatten() {
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            let Some(fields) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-                continue;
-            };
-            // After the command name: state, ppid, pgrp, ... utime (12th),
-            // stime (13th).
-            let fields: Vec<&str> = fields.split_whitespace().collect();
-            let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-            if field(2).is_some_and(|g| groups.iter().any(|&c| u64::from(c) == g)) {
-                ticks += field(11).unwrap_or(0) + field(12).unwrap_or(0);
-            }
-        }
-        Ok(Duration::from_secs_f64(ticks as f64 / ticks_per_sec))
+        let ticks = proc_stats()?
+            .filter(|p| groups.contains(&p.group))
+            .map(|p| p.ticks)
+            .sum();
+        Ok(ticks_to_duration(ticks, ticks_per_sec))
     }
 
     /// The server's log, for a failure message.
