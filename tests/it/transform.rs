@@ -492,6 +492,57 @@ async fn check_refuses_a_program_that_does_not_compile_saying_where() {
     assert!(!text.contains("(\"fine\")"), "{text}");
 }
 
+/// A backlog through a transform: a lane starting many deliveries runs
+/// their transforms ahead in batches, and each delivery still gets its
+/// own event's output; one failing among them fails alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_through_a_transform_gets_each_event_its_own_output() {
+    let down = Downstream::start(|_, _| Reply::status(204)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hookbox.db");
+    let program = r#"{n: .n, id: $event.delivery_id, type: $event.event_type}
+  | if .n == 77 then error("seventy-seven") else . end"#;
+    let sources = source(&destination(
+        "each",
+        &format!("url = \"{}\"\ntransform = '''\n{program}\n'''", down.url()),
+    ));
+    let server = ChildServer::spawn_ready(dir.path(), &db, &sources, "", 0).await;
+    // Paused while the events arrive, so that resuming starts a backlog.
+    let paused = server
+        .admin_post("/api/destinations/github/each/pause", serde_json::json!({}))
+        .await;
+    assert!(paused.status().is_success(), "{}", paused.status());
+    let mut ids = Vec::new();
+    for i in 0..150 {
+        let body = format!(r#"{{"n": {i}, "pad": "{}"}}"#, "x".repeat(i * 7));
+        ids.push(post(server.addr, &format!("guid-{i}"), "push", body.as_bytes()).await);
+    }
+    let resumed = server
+        .admin_post(
+            "/api/destinations/github/each/resume",
+            serde_json::json!({}),
+        )
+        .await;
+    assert!(resumed.status().is_success(), "{}", resumed.status());
+
+    let (_, error) = settled(&db, ids[77], "each", "dead").await;
+    assert!(error.unwrap().contains("seventy-seven"));
+    let hits = down.wait_for_hits(149).await;
+    for (i, id) in ids.iter().enumerate().filter(|(i, _)| *i != 77) {
+        settled(&db, *id, "each", "delivered").await;
+        let sent: Vec<_> = hits
+            .iter()
+            .filter(|h| h.delivery() == format!("guid-{i}"))
+            .collect();
+        assert_eq!(sent.len(), 1, "guid-{i} sent once");
+        assert_eq!(
+            std::str::from_utf8(&sent[0].body).unwrap(),
+            format!(r#"{{"n":{i},"id":"guid-{i}","type":"push"}}"#),
+        );
+    }
+    assert_eq!(down.hits().len(), 149);
+}
+
 /// Many requests at once through one transform process: each answer
 /// reaches its own request, and a loop or a crash among them fails only
 /// the request it ran on, while those queued behind it in the same batch
@@ -553,6 +604,31 @@ async fn batched_requests_get_their_own_answers_and_a_runaway_fails_only_its_own
         }
     }
     assert_eq!(answered, 300);
+
+    // Submitted together, as a lane runs transforms ahead: one batch, a
+    // crash in the middle of it, every other answer its own.
+    let events: Vec<String> = (0..40).map(|i| format!(r#"{{"who": "b{i}"}}"#)).collect();
+    let bodies: Vec<String> = (0..40).map(|i| format!(r#"{{"n": {i}}}"#)).collect();
+    let answers = pool.submit((0..40).map(|i| {
+        let program = if i == 5 { 2 } else { 0 };
+        (program, events[i].as_bytes(), bodies[i].as_bytes())
+    }));
+    assert_eq!(answers.len(), 40);
+    for (i, answer) in answers.into_iter().enumerate() {
+        let reply = hookbox::delivery::transform::pool::answered(Some(answer)).await;
+        if i == 5 {
+            assert!(
+                matches!(&reply, Out::Failed(why) if why.contains("transform process died")),
+                "{reply:?}"
+            );
+        } else {
+            assert_eq!(
+                reply,
+                Out::Json(format!(r#"{{"n":{i},"who":"b{i}"}}"#).into_bytes()),
+                "batched request {i}"
+            );
+        }
+    }
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "took {:?}",

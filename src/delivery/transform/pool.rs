@@ -5,8 +5,9 @@
 //!
 //! A round trip per request cost more than the program did (two pipe
 //! writes, two reads, a wakeup on each side), so requests ride together:
-//! a batch is whatever queued while the driver was busy, and the child
-//! flushes only once it has answered all it holds.
+//! a batch is whatever queued while the driver was busy (and what
+//! [`Pool::submit`] queued at once: a busy lane's transforms run ahead),
+//! and the child flushes only once it has answered all it holds.
 //!
 //! A child that sends no reply within the time bound is killed (SIGKILL,
 //! so a loop takes a core for no longer than that); one whose pipe closes
@@ -127,20 +128,45 @@ impl Pool {
 
     /// Runs program `program` over `body` with `$event` = `event`.
     pub async fn run(&self, program: u32, event: &[u8], body: &[u8]) -> Reply {
+        answered(self.submit([(program, event, body)]).pop()).await
+    }
+
+    /// Queues one request per `(program, event, body)` and returns where
+    /// each answer will come, in order. Sent together, they reach a child
+    /// as one batch: one write, one read and one wakeup on each side for
+    /// all of them.
+    pub fn submit<'a>(
+        &self,
+        requests: impl IntoIterator<Item = (u32, &'a [u8], &'a [u8])>,
+    ) -> Vec<oneshot::Receiver<Reply>> {
         self.started.get_or_init(|| {
             for _ in 0..self.children {
                 tokio::spawn(drive(self.shared.clone()));
             }
         });
-        let (reply, answer) = oneshot::channel();
-        let request = Request {
-            frame: frame::request(program, event, body),
-            reply,
-        };
-        if self.requests.send(request).is_err() {
-            return shut_down();
+        // Framed first, sent after: a driver woken by the first request
+        // finds the others already queued.
+        let (requests, answers): (Vec<Request>, Vec<_>) = requests
+            .into_iter()
+            .map(|(program, event, body)| {
+                let (reply, answer) = oneshot::channel();
+                let frame = frame::request(program, event, body);
+                (Request { frame, reply }, answer)
+            })
+            .unzip();
+        for request in requests {
+            // Once the pool is shut down, its answer says so.
+            let _ = self.requests.send(request);
         }
-        answer.await.unwrap_or_else(|_| shut_down())
+        answers
+    }
+}
+
+/// The reply that comes to `answer`, or why none will.
+pub async fn answered(answer: Option<oneshot::Receiver<Reply>>) -> Reply {
+    match answer {
+        Some(answer) => answer.await.unwrap_or_else(|_| shut_down()),
+        None => shut_down(),
     }
 }
 

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::{BODY_READ_PAUSE, Dispatcher, Done};
 use crate::delivery::breaker::Verdict;
 use crate::delivery::settle::{Ended, Rule, settle};
-use crate::delivery::transform::{Applied, Transform};
+use crate::delivery::transform::{Applied, Pending, Transform};
 use crate::delivery::{Attempt, Destination, Job, Outcome};
 use crate::store::deliveries::{
     self, AttemptRecord, Claimed, INTERRUPTED, Record, Release, Settled,
@@ -37,6 +37,7 @@ impl Dispatcher {
         &mut self,
         claimed: Claimed,
         probe: bool,
+        transformed: Option<Pending>,
     ) -> impl Future<Output = Done> + Send + 'static {
         let lane = &mut self.lanes[claimed.lane];
         lane.in_flight += 1;
@@ -63,7 +64,7 @@ impl Dispatcher {
                 (source, destination),
                 &store,
                 &writer,
-                (&*deliverer, transform.as_ref()),
+                (&*deliverer, transform.as_ref(), transformed),
                 &stop,
             )
             .await?;
@@ -131,7 +132,7 @@ async fn run(
     (source, destination): (String, String),
     store: &Store,
     writer: &WriterHandle,
-    (deliverer, transform): (&dyn Destination, Option<&Transform>),
+    (deliverer, transform, transformed): (&dyn Destination, Option<&Transform>, Option<Pending>),
     stop: &CancellationToken,
 ) -> Option<Ran> {
     let id = claimed.event_id;
@@ -151,7 +152,7 @@ async fn run(
             };
             let mut contacted = true;
             let (attempt, interrupted) = match transform {
-                Some(t) => match t.apply(&job).await {
+                Some(t) => match applied(t, transformed, &job).await {
                     Applied::Send { body, content_type } => {
                         job.body = body;
                         job.content_type = Some(content_type.to_owned());
@@ -202,6 +203,15 @@ async fn run(
             }
             None
         }
+    }
+}
+
+/// What `transform` makes of `job`: the run started ahead of the attempt
+/// if there was one, else one now.
+async fn applied(transform: &Transform, ahead: Option<Pending>, job: &Job) -> Applied {
+    match ahead {
+        Some(pending) => pending.applied().await,
+        None => transform.apply(job).await,
     }
 }
 

@@ -1,7 +1,7 @@
 //! A lane: one destination of one source, its claimed-but-not-started
 //! deliveries, and what keeps it from starting the next one.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -9,8 +9,8 @@ use super::{CARRIED_BODIES, PREFETCH};
 use crate::config::DeliverConfig;
 use crate::delivery::Destination;
 use crate::delivery::breaker::Breaker;
-use crate::delivery::transform::Transform;
-use crate::store::deliveries::{ClaimFrom, Claimed, OnFailure};
+use crate::delivery::transform::{self, Metadata, Pending, Transform};
+use crate::store::deliveries::{ClaimFrom, Claimed, Lease, OnFailure};
 use crate::telemetry::metrics::LaneMetrics;
 
 /// One destination of one source, its claimed-but-not-started deliveries,
@@ -23,6 +23,9 @@ pub(super) struct Lane {
     /// The destination's `transform`, run before each attempt.
     pub(super) transform: Option<Transform>,
     pub(super) queued: VecDeque<Claimed>,
+    /// Transforms of queued deliveries, run ahead of their attempts
+    /// ([`Lane::transformed`]).
+    pub(super) ahead: HashMap<Lease, Pending>,
     pub(super) in_flight: usize,
     pub(super) metrics: LaneMetrics,
     /// With a `rate`: when the next attempt may start.
@@ -88,6 +91,71 @@ impl Lane {
         let claimed = self.queued.pop_front()?;
         self.probe_queued = false;
         Some((claimed, probe))
+    }
+}
+
+impl Lane {
+    /// Empties the queue (a pause, shutdown), with the transforms run
+    /// ahead for it; returns the leases to give back.
+    pub(super) fn drain_queued(&mut self) -> Vec<Lease> {
+        self.ahead.clear();
+        self.queued.drain(..).map(|c| c.lease()).collect()
+    }
+
+    /// The transform of `next`, the delivery about to start, when it was
+    /// run ahead. When it was not, and its body came with the claim, it is
+    /// started now, together with those of the deliveries queued to start
+    /// within one concurrency's worth after it: one batch to a transform
+    /// process instead of a request per attempt, as each would otherwise
+    /// make when its slot frees. So a transform runs at most that many
+    /// starts early; never on a lane with a `rate`, whose starts are spread
+    /// out. `None`: the attempt runs its transform itself.
+    pub(super) fn transformed(&mut self, next: &Claimed) -> Option<Pending> {
+        let transform = self.transform.as_ref()?;
+        if let Some(pending) = self.ahead.remove(&next.lease()) {
+            return Some(pending);
+        }
+        if self.config.rate.is_some() || next.body.is_none() {
+            return None;
+        }
+        let batch: Vec<&Claimed> = std::iter::once(next)
+            .chain(
+                self.queued
+                    .iter()
+                    .take(self.config.concurrency.saturating_sub(1))
+                    .filter(|c| c.body.is_some() && !self.ahead.contains_key(&c.lease())),
+            )
+            .collect();
+        let headers: Vec<serde_json::Map<String, serde_json::Value>> = batch
+            .iter()
+            .map(|c| serde_json::from_str(&c.headers).unwrap_or_default())
+            .collect();
+        let events: Vec<Vec<u8>> = batch
+            .iter()
+            .zip(&headers)
+            .map(|(c, headers)| {
+                transform::event(&Metadata {
+                    id: c.event_id,
+                    source: &self.source,
+                    destination: &self.config.name,
+                    delivery_id: &c.delivery_id,
+                    event_type: c.event_type.as_deref(),
+                    received_at: c.received_at,
+                    headers,
+                })
+            })
+            .collect();
+        let bodies = batch
+            .iter()
+            .map(|c| c.body.as_ref().map_or(&[][..], |b| &b.0[..]));
+        let mut started = transform
+            .start(events.iter().map(Vec::as_slice).zip(bodies))
+            .into_iter();
+        let first = started.next();
+        for (c, pending) in batch.iter().skip(1).zip(started) {
+            self.ahead.insert(c.lease(), pending);
+        }
+        first
     }
 }
 

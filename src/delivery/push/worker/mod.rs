@@ -163,6 +163,7 @@ impl Dispatcher {
                     metrics: metrics.lane(&source.name, &cfg.name),
                     config: cfg.clone(),
                     queued: VecDeque::new(),
+                    ahead: HashMap::new(),
                     in_flight: 0,
                     next_start: Instant::now(),
                     breaker: Breaker::new(cfg.breaker_failures, cfg.breaker_probe),
@@ -439,7 +440,8 @@ impl Dispatcher {
         for i in 0..self.lanes.len() {
             while let Some((claimed, probe)) = self.lanes[i].startable() {
                 let lease = claimed.lease();
-                let handle = tasks.spawn(self.attempt(claimed, probe));
+                let transformed = self.lanes[i].transformed(&claimed);
+                let handle = tasks.spawn(self.attempt(claimed, probe, transformed));
                 running.insert(handle.id(), (i, lease, probe));
             }
         }
@@ -450,11 +452,7 @@ impl Dispatcher {
     /// to be recorded, abandons the rest and releases their leases, with
     /// those of queued events.
     async fn drain(mut self, mut tasks: JoinSet<Done>, mut running: Running) {
-        let queued: Vec<Lease> = self
-            .lanes
-            .iter_mut()
-            .flat_map(|l| l.queued.drain(..).map(|c| c.lease()))
-            .collect();
+        let queued: Vec<Lease> = self.lanes.iter_mut().flat_map(Lane::drain_queued).collect();
         if !tasks.is_empty() {
             tracing::info!(running = tasks.len(), "waiting for running deliveries");
         }

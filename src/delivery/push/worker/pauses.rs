@@ -8,7 +8,7 @@ use super::{Dispatcher, Done};
 use crate::delivery::board::Status;
 use crate::delivery::breaker::Change;
 use crate::store::WriterHandle;
-use crate::store::deliveries::{Lease, MakeDue};
+use crate::store::deliveries::MakeDue;
 use crate::store::pauses::{Cause, Pause, PauseOp};
 use crate::support::clock;
 
@@ -79,7 +79,7 @@ impl Dispatcher {
                     "destination paused: it keeps failing (or asked to wait); probing it before sending more");
                 lane.metrics.paused(true);
                 self.alerts.paused(&source, &destination, "breaker");
-                let queued: Vec<Lease> = lane.queued.drain(..).map(|c| c.lease()).collect();
+                let queued = lane.drain_queued();
                 self.give_back(queued);
             }
             Change::Closed => {
@@ -137,7 +137,7 @@ impl Dispatcher {
                 if std::mem::take(&mut lane.probe_queued) {
                     lane.breaker.probe_empty(now);
                 }
-                give_back.extend(lane.queued.drain(..).map(|c| c.lease()));
+                give_back.extend(lane.drain_queued());
             } else {
                 tracing::info!(%source, %destination, "destination resumed by hand");
                 if !lane.breaker.is_paused() {
