@@ -92,9 +92,7 @@ impl Lane {
         self.probe_queued = false;
         Some((claimed, probe))
     }
-}
 
-impl Lane {
     /// Empties the queue (a pause, shutdown), with the transforms run
     /// ahead for it; returns the leases to give back.
     pub(super) fn drain_queued(&mut self) -> Vec<Lease> {
