@@ -91,6 +91,8 @@ pub(super) fn ask<W: Write>(write: W) -> (Box<dyn Queued>, Answer<W::Output>) {
 
 impl<W: Write> Queued for Asked<W> {
     fn apply(&mut self, tx: &Transaction, tally: &mut Tally) -> anyhow::Result<()> {
+        // Run again after a rolled-back first run, a failure must not leave
+        // that run's output to be answered.
         self.output = None;
         self.output = Some(self.write.apply(tx, tally)?);
         Ok(())
