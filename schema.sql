@@ -26,7 +26,8 @@ CREATE TABLE events (
     delivered_at    INTEGER,
     UNIQUE (source, delivery_id)
 );
--- state: derived from the event's deliveries since version 9. attempts,
+-- state: as ingest stored it (`pending`, `stored`); once derived from the
+-- event's deliveries, `event_outcomes` holds it (version 21). attempts,
 -- next_attempt_at, last_error: no longer written since version 9 (dispatch
 -- is per destination, in `deliveries`); lease_until since version 8.
 -- The state CHECKs spell out `=` because an `IN` list of three or more
@@ -35,12 +36,10 @@ CREATE TABLE events (
 
 -- Listing a source's inbox newest first.
 CREATE INDEX events_source ON events (source, id);
--- Counting dead letters per source (metrics, stats); since version 4.
-CREATE INDEX events_dead ON events (source) WHERE state = 'dead';
 
 -- One row per (event, destination that takes it), since version 9: the
--- state of dispatch. An event's own `state` is derived from its rows
--- (store/deliveries.rs); an event without any is `stored`.
+-- state of dispatch. An event's own state is derived from its rows
+-- (store/outcomes.rs); an event without any is `stored`.
 CREATE TABLE deliveries (
     id              INTEGER PRIMARY KEY,
     event_id        INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
@@ -237,3 +236,17 @@ CREATE TABLE hourly_counts (
     failed    INTEGER NOT NULL DEFAULT 0,   -- attempts that did not, by when they ended
     PRIMARY KEY (source, hour)
 ) WITHOUT ROWID;
+
+-- Version 21: an event's state once derived from its deliveries, kept out
+-- of the row that holds its body (src/store/outcomes.rs). An event's state
+-- is this row's where it has one, else the `state` ingest gave it.
+CREATE TABLE event_outcomes (
+    event_id     INTEGER PRIMARY KEY REFERENCES events (id) ON DELETE CASCADE,
+    source       TEXT    NOT NULL,   -- the event's, for counting dead letters per source
+    state        TEXT    NOT NULL
+                         CHECK (state = 'pending' OR state = 'delivered' OR state = 'dead'
+                                OR state = 'stored' OR state = 'skipped'),
+    delivered_at INTEGER
+);
+-- Counting dead letters per source (metrics, stats), as `events_dead` did.
+CREATE INDEX event_outcomes_dead ON event_outcomes (source) WHERE state = 'dead';

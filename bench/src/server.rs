@@ -624,11 +624,31 @@ pub fn search_figures(database: &Path) -> Result<SearchFigures> {
     })
 }
 
-/// Rows per `events.state`, through a read-only connection.
+/// An event's state over `events`: since schema version 21 its outcome
+/// row's where it has one; a baseline binary's database has no such table.
+fn event_state(conn: &rusqlite::Connection) -> Result<&'static str> {
+    let outcomes: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_schema WHERE name = 'event_outcomes'",
+            [],
+            |row| row.get(0),
+        )
+        .context("looking for event_outcomes")?;
+    Ok(if outcomes {
+        "coalesce((SELECT o.state FROM event_outcomes AS o WHERE o.event_id = events.id), events.state)"
+    } else {
+        "state"
+    })
+}
+
+/// Rows per event state, through a read-only connection.
 pub fn count_states(database: &Path) -> Result<Tally> {
     let conn = open_read_only(database)?;
     let mut stmt = conn
-        .prepare("SELECT state, count(*) FROM events GROUP BY state ORDER BY state")
+        .prepare(&format!(
+            "SELECT {state}, count(*) FROM events GROUP BY 1 ORDER BY 1",
+            state = event_state(&conn)?
+        ))
         .context("preparing the state count")?;
     let rows = stmt
         .query_map([], |row| {
@@ -646,7 +666,10 @@ pub fn count_pending(database: &Path) -> Result<u64> {
     let conn = open_read_only(database)?;
     let n: i64 = conn
         .query_row(
-            "SELECT count(*) FROM events WHERE state = 'pending'",
+            &format!(
+                "SELECT count(*) FROM events WHERE {} = 'pending'",
+                event_state(&conn)?
+            ),
             [],
             |row| row.get(0),
         )

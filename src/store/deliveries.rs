@@ -6,9 +6,9 @@
 //! since version 9): its own state, attempts, schedule and lease. A
 //! source's destinations are separate *lanes*, `(source, destination)`,
 //! and every query here takes one lane, so a destination that fails never
-//! delays, retries or kills another's deliveries. The event's own `state`
-//! is derived from its deliveries when one of them settles ([`record`]):
-//! `pending` while any is, else `dead` if any is, else `delivered`.
+//! delays, retries or kills another's deliveries. The event's own state
+//! is derived from its deliveries when one of them settles ([`record`],
+//! [`super::outcomes`]).
 //!
 //! Claims and outcomes run inside the writer's transactions (see
 //! [`super::writer`]) as the writes of [`writes`]; the functions here are
@@ -655,7 +655,7 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
         .execute(params![r.lease.delivery, now])
         .context("scheduling the next delivery of a key")?;
     }
-    derive_event_state(conn, r.event_id, now)
+    super::outcomes::derive(conn, r.event_id, now)
 }
 
 /// Makes every pending delivery of lane (`source`, `destination`)
@@ -673,30 +673,6 @@ pub fn make_due(
     )?
     .execute(params![source, destination, now])
     .context("making a destination's backlog due")
-}
-
-/// Sets event `id`'s state from its deliveries: `pending` while any is,
-/// else `dead` if any is, else `delivered` (with `now` as when) if any
-/// is, else `skipped`; `stored` with none. Writes only when it changes: an event row holds its body,
-/// and a row whose size changes is rewritten whole.
-pub fn derive_event_state(conn: &Connection, id: i64, now: i64) -> anyhow::Result<()> {
-    conn.prepare_cached(
-        "UPDATE events SET state = s.state,
-                           delivered_at = CASE WHEN s.state = 'delivered' THEN ?2 END
-         FROM (SELECT CASE
-                 WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 AND state = 'pending')
-                   THEN 'pending'
-                 WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 AND state = 'dead')
-                   THEN 'dead'
-                 WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 AND state = 'delivered')
-                   THEN 'delivered'
-                 WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1) THEN 'skipped'
-                 ELSE 'stored' END AS state) AS s
-         WHERE events.id = ?1 AND events.state != s.state",
-    )?
-    .execute(params![id, now])
-    .context("deriving an event's state")?;
-    Ok(())
 }
 
 /// Gives back leases that will not be used (shutdown). The interrupted

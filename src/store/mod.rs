@@ -24,6 +24,7 @@ pub mod ledger;
 pub mod lock;
 pub mod models;
 pub mod orphans;
+pub mod outcomes;
 pub mod pauses;
 pub mod pull_leases;
 pub mod queries;

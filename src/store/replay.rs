@@ -17,7 +17,6 @@ use anyhow::Context;
 use rusqlite::{Connection, Transaction, params};
 
 use super::counters::Tally;
-use super::deliveries;
 use super::models::State;
 use super::write::Write;
 use crate::config::route::{Body, Filter};
@@ -90,7 +89,7 @@ pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Res
             .context("holding replayed deliveries behind their key")?;
     }
     for id in &touched.events {
-        deliveries::derive_event_state(conn, *id, now)?;
+        super::outcomes::derive(conn, *id, now)?;
     }
     Ok(touched.deliveries)
 }

@@ -120,9 +120,15 @@ impl Cutoffs {
 const RUN_EXPIRED: &str = "started_at < ?2 AND finished_at IS NOT NULL
     AND id NOT IN (SELECT max(id) FROM catchup_runs GROUP BY source, job)";
 
-/// Delivered rows count from delivery, stored rows from arrival.
-const EXPIRED: &str = "((state = 'delivered' AND delivered_at < ?2)
-                         OR (state = 'stored' AND received_at < ?2))";
+/// Delivered rows count from delivery, stored rows from arrival. A row
+/// of `events` itself (a DELETE cannot join): its state and delivery time
+/// are its outcome's where it has one (`super::outcomes`).
+const EXPIRED: &str = "(CASE coalesce((SELECT o.state FROM event_outcomes AS o
+                                        WHERE o.event_id = events.id), state)
+    WHEN 'delivered' THEN coalesce((SELECT o.delivered_at FROM event_outcomes AS o
+                                    WHERE o.event_id = events.id), delivered_at) < ?2
+    WHEN 'stored' THEN received_at < ?2
+    ELSE 0 END)";
 
 /// Up to `limit` ids after `after_id` that `what` applies to, in id order.
 pub fn candidates(
@@ -299,7 +305,10 @@ pub async fn run_once(
 
 /// Which `dead` events (of `source`, if given) had their last attempt (or
 /// arrival, without one) before `before`.
-const DEAD_SINCE: &str = "state = 'dead' AND (?2 IS NULL OR source = ?2)
+const DEAD_SINCE: &str =
+    "coalesce((SELECT o.state FROM event_outcomes AS o WHERE o.event_id = events.id),
+             state) = 'dead'
+    AND (?2 IS NULL OR source = ?2)
     AND coalesce((SELECT max(started_at) FROM attempts WHERE event_id = events.id),
                  received_at) < ?1";
 

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use rusqlite::Connection;
 
 /// The version `schema.sql` describes.
-pub const SCHEMA_VERSION: i64 = 20;
+pub const SCHEMA_VERSION: i64 = 21;
 
 const SCHEMA: &str = include_str!("../../schema.sql");
 
@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0018_catchup_ledger.sql"),
     include_str!("migrations/0019_skipped.sql"),
     include_str!("migrations/0020_search_file.sql"),
+    include_str!("migrations/0021_event_outcomes.sql"),
 ];
 
 pub fn apply(conn: &mut Connection) -> anyhow::Result<()> {

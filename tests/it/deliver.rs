@@ -296,7 +296,7 @@ async fn delivery_outcomes_are_recorded_even_when_ingest_fills_the_writer_queue(
         let conn = rusqlite::Connection::open(&db).unwrap();
         let delivered: i64 = conn
             .query_row(
-                "SELECT count(*) FROM events WHERE state = 'delivered'",
+                &format!("SELECT count(*) FROM events WHERE {STATE} = 'delivered'"),
                 [],
                 |r| r.get(0),
             )
@@ -562,7 +562,9 @@ async fn a_downstream_that_is_down_for_a_while_loses_nothing() {
     .await;
     tokio::time::sleep(Duration::from_secs(1).saturating_sub(started.elapsed())).await;
     assert_eq!(
-        app.count("SELECT count(*) FROM events WHERE state = 'delivered'"),
+        app.count(&format!(
+            "SELECT count(*) FROM events WHERE {STATE} = 'delivered'"
+        )),
         0
     );
     let down = Downstream::start_on(addr, |_, _| Reply::status(204)).await;
@@ -582,7 +584,9 @@ async fn a_downstream_that_is_down_for_a_while_loses_nothing() {
     }
     assert_eq!(app.count("SELECT count(*) FROM events"), 20);
     assert_eq!(
-        app.count("SELECT count(*) FROM events WHERE state <> 'delivered'"),
+        app.count(&format!(
+            "SELECT count(*) FROM events WHERE {STATE} <> 'delivered'"
+        )),
         0
     );
     // Each key's events still arrived in order.

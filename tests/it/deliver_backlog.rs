@@ -205,7 +205,10 @@ breaker_failures = 0
     );
     assert!(hwm < MAX_RSS_KIB, "the server peaked at {} MiB", hwm / 1024);
     assert_eq!(
-        count(&conn, "SELECT count(*) FROM events WHERE state = 'pending'"),
+        count(
+            &conn,
+            &format!("SELECT count(*) FROM events WHERE {STATE} = 'pending'")
+        ),
         (BACKLOG + posted) as i64
     );
 }

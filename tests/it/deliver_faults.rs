@@ -183,7 +183,9 @@ async fn a_hanging_then_redirecting_then_endless_downstream_times_out_is_not_fol
         }
     }
     assert_eq!(
-        app.count("SELECT count(*) FROM events WHERE state <> 'pending'"),
+        app.count(&format!(
+            "SELECT count(*) FROM events WHERE {STATE} <> 'pending'"
+        )),
         0
     );
 

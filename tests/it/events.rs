@@ -32,7 +32,8 @@ async fn events_lists_newest_first_with_filters_as_a_table_or_json_lines() {
     // event's derived from it.
     let db = app.db();
     db.execute(
-        "UPDATE events SET state = 'dead' WHERE delivery_id = 'second'",
+        "INSERT INTO event_outcomes (event_id, source, state)
+         SELECT id, source, 'dead' FROM events WHERE delivery_id = 'second'",
         [],
     )
     .unwrap();

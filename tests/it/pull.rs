@@ -70,8 +70,10 @@ fn delivery_ids(events: &[Value]) -> Vec<&str> {
 fn state_of(app: &TestApp, delivery: &str) -> (String, String, i64) {
     app.db()
         .query_row(
-            "SELECT e.state, d.state, d.attempts FROM events AS e
-             JOIN deliveries AS d ON d.event_id = e.id WHERE e.delivery_id = ?1",
+            &format!(
+                "SELECT {E_STATE}, d.state, d.attempts FROM events AS e
+                 JOIN deliveries AS d ON d.event_id = e.id WHERE e.delivery_id = ?1"
+            ),
             [delivery],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )

@@ -144,7 +144,11 @@ pub fn routed_to(db: &Path, destination: &str) -> Vec<String> {
 /// The event's own (derived) state.
 pub fn event_state(db: &Path, id: i64) -> String {
     open(db)
-        .query_row("SELECT state FROM events WHERE id = ?1", [id], |r| r.get(0))
+        .query_row(
+            &format!("SELECT {STATE} FROM events WHERE id = ?1"),
+            [id],
+            |r| r.get(0),
+        )
         .unwrap()
 }
 

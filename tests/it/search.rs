@@ -225,7 +225,9 @@ async fn q_combines_with_source_state_destination_and_event_type_and_pages_with_
         )
         .unwrap();
         db.execute(
-            "UPDATE events SET state = 'dead' WHERE id = ?1",
+            "INSERT INTO event_outcomes (event_id, source, state)
+             SELECT id, source, 'dead' FROM events WHERE id = ?1
+             ON CONFLICT (event_id) DO UPDATE SET state = 'dead'",
             [id[delivery]],
         )
         .unwrap();

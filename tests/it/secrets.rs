@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use crate::helpers::{free_port, github_signature, hmac_sha256, hookbox, now_secs};
+use crate::helpers::{STATE, free_port, github_signature, hmac_sha256, hookbox, now_secs};
 
 const GITHUB: &str = "gh-secret-0f9a7c1e";
 const STRIPE: &str = "whsec_stripe-secret-3b8d";
@@ -214,7 +214,7 @@ header = "X-Signature"
     loop {
         let state: String = db
             .query_row(
-                "SELECT state FROM events WHERE source = 'github'",
+                &format!("SELECT {STATE} FROM events WHERE source = 'github'"),
                 [],
                 |r| r.get(0),
             )

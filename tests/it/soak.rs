@@ -152,7 +152,7 @@ async fn soak_kill_9_at_random_moments_under_ingest_dispatch_and_catch_up_loses_
         let missing = down.not_delivered(&wanted);
         let pending = count(
             &db,
-            "SELECT count(*) FROM events WHERE state <> 'delivered'",
+            &format!("SELECT count(*) FROM events WHERE {STATE} <> 'delivered'"),
         );
         if missing.is_empty() && pending == 0 {
             break;
@@ -246,7 +246,7 @@ fn diagnose(db: &Path, fake: &Fake, missing: &[Key]) {
     for (source, delivery) in missing.iter().take(5) {
         let row: Option<(i64, String, String, i64)> = conn
             .query_row(
-                "SELECT id, state, origin, attempts FROM events WHERE source = ?1 AND delivery_id = ?2",
+                &format!("SELECT id, {STATE}, origin, attempts FROM events WHERE source = ?1 AND delivery_id = ?2"),
                 [source, delivery],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )

@@ -19,25 +19,32 @@ const FIXTURE_V8: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/re
 const FIXTURE_V9: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v9.db");
 /// Written by release 329aaad (schema version 10), the first with pauses.
 const FIXTURE_V10: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v10.db");
+/// Written by 1721122 (schema version 19), the last to keep an event's
+/// derived state in its own row.
+const FIXTURE_V19: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/release-v19.db");
 
 /// The secret the fixture's sources were signed with.
 const SECRET: &str = "fixture-secret";
 
 /// `(source, delivery_id, state, attempts)` of every event, in id order:
 /// the attempts its one delivery made, once there are deliveries (version
-/// 9), before that the event's own.
+/// 9), before that the event's own; the state its outcome's where it has
+/// one (version 21).
 fn events(db: &std::path::Path) -> Vec<(String, String, String, i64)> {
     let conn = rusqlite::Connection::open(db).unwrap();
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
+    let state = if version >= 21 { E_STATE } else { "e.state" };
     let sql = if version >= 9 {
-        "SELECT e.source, e.delivery_id, e.state, coalesce(d.attempts, e.attempts)
-         FROM events AS e LEFT JOIN deliveries AS d ON d.event_id = e.id ORDER BY e.id"
+        format!(
+            "SELECT e.source, e.delivery_id, {state}, coalesce(d.attempts, e.attempts)
+             FROM events AS e LEFT JOIN deliveries AS d ON d.event_id = e.id ORDER BY e.id"
+        )
     } else {
-        "SELECT source, delivery_id, state, attempts FROM events ORDER BY id"
+        "SELECT source, delivery_id, state, attempts FROM events ORDER BY id".to_owned()
     };
-    conn.prepare(sql)
+    conn.prepare(&sql)
         .unwrap()
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .unwrap()
@@ -81,6 +88,11 @@ async fn a_database_the_release_with_routes_wrote_opens_with_nothing_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_the_release_with_pauses_wrote_opens_with_nothing_lost() {
     opens_with_nothing_lost(FIXTURE_V10, 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_release_before_event_outcomes_wrote_opens_with_nothing_lost() {
+    opens_with_nothing_lost(FIXTURE_V19, 19).await;
 }
 
 /// Opens a copy of `fixture` (at schema `version`) with today's hookbox:
@@ -148,6 +160,26 @@ deliver = {{ command = ["/bin/true"] }}
         "SELECT count(*) FROM sqlite_schema WHERE sql LIKE '%CHECK (state IN%'",
     );
     assert_eq!(in_lists, 0);
+    // Version 21 moved each settled event's state into its outcome row,
+    // as it was (the two pending ones may be on their way by now).
+    let settled: Vec<(String, String)> = before
+        .iter()
+        .filter(|e| !["pending", "stored"].contains(&e.2.as_str()))
+        .map(|e| (e.1.clone(), e.2.clone()))
+        .collect();
+    let moved: Vec<(String, String)> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .prepare(
+            "SELECT e.delivery_id, o.state FROM event_outcomes AS o
+             JOIN events AS e ON e.id = o.event_id
+             WHERE e.delivery_id NOT IN ('retry', 'held') ORDER BY e.id",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(moved, settled);
 
     // The two pending events go, in their key's order, once each; the
     // retry as its second attempt.

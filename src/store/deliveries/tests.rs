@@ -1,5 +1,6 @@
 use super::*;
 use crate::store::counters::Tally;
+use crate::store::outcomes::{JOIN, STATE};
 use crate::store::replay::{ReplayFilter, replay};
 use crate::store::test_support::db;
 
@@ -474,7 +475,9 @@ fn replay_by_time_range_moves_only_events_received_in_it() {
     };
     assert_eq!(replay(&conn, &filter, 1000).unwrap(), 2);
     let pending: Vec<i64> = conn
-        .prepare("SELECT id FROM events WHERE state = 'pending' ORDER BY id")
+        .prepare(&format!(
+            "SELECT e.id FROM events AS e {JOIN} WHERE {STATE} = 'pending' ORDER BY e.id"
+        ))
         .unwrap()
         .query_map([], |r| r.get(0))
         .unwrap()
@@ -723,7 +726,11 @@ fn a_skip_is_final_uncounted_and_unlogged_and_lets_its_key_go_on() {
     settle(&conn, a1, 1, Settled::Skipped, 100);
     assert_eq!(state_of(&conn, a1), ("skipped".into(), 0, None));
     let event: String = conn
-        .query_row("SELECT state FROM events WHERE id = ?1", [a1], |r| r.get(0))
+        .query_row(
+            &format!("SELECT {STATE} FROM events AS e {JOIN} WHERE e.id = ?1"),
+            [a1],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(event, "skipped", "every delivery of it skipped");
     let rows: i64 = conn

@@ -22,6 +22,7 @@ use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 
 use super::models::State;
+use super::outcomes;
 use super::search::SearchQuery;
 
 mod stats;
@@ -117,11 +118,14 @@ const EVENT_LAST_ERROR: &str = "(SELECT x.last_error FROM deliveries AS x
               x.id DESC
      LIMIT 1)";
 
-/// An event's summary columns over `events AS e`, as [`summary`] reads them.
+/// An event's summary columns over `events AS e` and its outcome
+/// ([`outcomes::JOIN`]), as [`summary`] reads them.
 fn summary_columns() -> String {
     format!(
-        "e.id, e.source, e.delivery_id, e.event_type, e.origin, e.received_at, e.state,
-         {EVENT_ATTEMPTS}, {EVENT_NEXT_ATTEMPT}, {EVENT_LAST_ERROR}, e.delivered_at, length(e.body)"
+        "e.id, e.source, e.delivery_id, e.event_type, e.origin, e.received_at, {},
+         {EVENT_ATTEMPTS}, {EVENT_NEXT_ATTEMPT}, {EVENT_LAST_ERROR}, {}, length(e.body)",
+        outcomes::STATE,
+        outcomes::DELIVERED_AT
     )
 }
 
@@ -203,8 +207,9 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
     };
     let mut sql = match &filter.destination {
         None => format!(
-            "SELECT {columns} FROM {from} events AS e{} WHERE {matches}",
-            on_match("e.id")
+            "SELECT {columns} FROM {from} events AS e{} {} WHERE {matches}",
+            on_match("e.id"),
+            outcomes::JOIN
         ),
         Some(destination) => {
             args.push(SqlValue::Text(destination.clone()));
@@ -225,18 +230,34 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
         }
     };
     // Through `d` where there is one: the lane indexes are on its columns.
-    let at = match filter.destination {
-        None => "e",
-        Some(_) => "d",
+    // Without one, a final state is only ever in an event's outcome row
+    // (ingest stores `pending` or `stored`, and version 21 moved the older
+    // ones), so such a filter reads the outcomes: a source's dead letters
+    // through `event_outcomes_dead`, not a walk of all its events.
+    let settled = matches!(
+        filter.state,
+        Some(State::Delivered | State::Dead | State::Skipped)
+    );
+    let at = match (&filter.destination, settled) {
+        (Some(_), _) => "d",
+        (None, true) => "o",
+        (None, false) => "e",
     };
-    let id = match (&filter.q, &filter.destination) {
+    let id = match (&filter.q, at) {
         (Some(_), _) => "f.rowid",
-        (None, None) => "e.id",
-        (None, Some(_)) => "d.event_id",
+        (None, "d") => "d.event_id",
+        (None, "o") => "o.event_id",
+        (None, _) => "e.id",
     };
     let text_clauses = [
         (format!("{at}.source"), filter.source.as_deref()),
-        (format!("{at}.state"), filter.state.map(State::as_str)),
+        (
+            match at {
+                "e" => outcomes::STATE.to_owned(),
+                _ => format!("{at}.state"),
+            },
+            filter.state.map(State::as_str),
+        ),
         ("e.event_type".to_owned(), filter.event_type.as_deref()),
     ];
     for (column, value) in text_clauses {
@@ -264,7 +285,9 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<SqlValue>) {
             "SELECT {columns}, {DELIVERY_COLUMNS}
              FROM ({sql}) AS page
              JOIN deliveries AS d ON d.id = page.id JOIN events AS e ON e.id = d.event_id
-             ORDER BY d.event_id DESC"
+             {}
+             ORDER BY d.event_id DESC",
+            outcomes::JOIN
         );
     }
     (sql, args)
@@ -381,8 +404,9 @@ fn event_detail_now(conn: &Connection, id: i64) -> anyhow::Result<Option<EventDe
         "SELECT {}, e.order_key, e.content_type, e.headers, e.body,
                 (SELECT min(l.lease_until) FROM leases AS l JOIN deliveries AS x ON x.id = l.delivery
                  WHERE x.event_id = e.id)
-         FROM events AS e WHERE e.id = ?1",
-        summary_columns()
+         FROM events AS e {} WHERE e.id = ?1",
+        summary_columns(),
+        outcomes::JOIN
     );
     let found = conn
         .prepare_cached(&sql)?
@@ -467,7 +491,11 @@ pub fn event_state(conn: &Connection, id: i64) -> anyhow::Result<Option<EventSta
 
 fn event_state_now(conn: &Connection, id: i64) -> anyhow::Result<Option<EventState>> {
     let found = conn
-        .prepare_cached("SELECT source, state, body IS NOT NULL FROM events WHERE id = ?1")?
+        .prepare_cached(&format!(
+            "SELECT e.source, {}, e.body IS NOT NULL FROM events AS e {} WHERE e.id = ?1",
+            outcomes::STATE,
+            outcomes::JOIN
+        ))?
         .query_row([id], |r| {
             Ok(EventState {
                 source: r.get(0)?,
@@ -523,14 +551,29 @@ pub(super) mod tests {
         assert_eq!(v(&reader), 2);
     }
 
+    /// An event in `state`, as hookbox leaves it: a state ingest does not
+    /// give is in the event's outcome row.
     pub(super) fn add(conn: &Connection, source: &str, state: &str, received_at: i64) -> i64 {
+        let ingested = if state == "stored" {
+            "stored"
+        } else {
+            "pending"
+        };
         conn.execute(
             "INSERT INTO events (source, delivery_id, received_at, body, state)
              VALUES (?1, ?2, ?3, x'00ff', ?4)",
-            params![source, format!("d{received_at}"), received_at, state],
+            params![source, format!("d{received_at}"), received_at, ingested],
         )
         .unwrap();
-        conn.last_insert_rowid()
+        let id = conn.last_insert_rowid();
+        if state != ingested {
+            conn.execute(
+                "INSERT INTO event_outcomes (event_id, source, state) VALUES (?1, ?2, ?3)",
+                params![id, source, state],
+            )
+            .unwrap();
+        }
+        id
     }
 
     /// Gives event `id` (of `source`) a delivery at `destination`.
@@ -749,6 +792,82 @@ pub(super) mod tests {
                         && *l != "SCAN page"),
                     "{source:?} {state:?}:\n{plan}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn a_source_s_dead_letters_are_read_through_their_index() {
+        let conn = db();
+        for before in [None, Some(100)] {
+            let filter = EventFilter {
+                source: Some("s".into()),
+                state: Some(State::Dead),
+                before,
+                limit: 10,
+                ..EventFilter::default()
+            };
+            let (sql, args) = list_sql(&filter);
+            // The outer query's steps (parent 0), not its subqueries'.
+            let outer: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(params_from_iter(args), |r| {
+                    Ok((r.get::<_, i64>(1)?, r.get::<_, String>(3)?))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .filter(|(parent, _)| *parent == 0)
+                .map(|(_, detail)| detail)
+                .collect();
+            assert!(
+                outer[0].starts_with("SEARCH o USING INDEX event_outcomes_dead"),
+                "{outer:?}"
+            );
+            assert!(
+                !outer.iter().any(|l| l.contains("TEMP B-TREE")),
+                "{outer:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_state_filter_finds_each_state_wherever_it_is_kept() {
+        let conn = db();
+        let dead = add(&conn, "s", "dead", 1);
+        let delivered = add(&conn, "s", "delivered", 2);
+        let skipped = add(&conn, "s", "skipped", 3);
+        let pending = add(&conn, "s", "pending", 4);
+        let stored = add(&conn, "s", "stored", 5);
+        // Replayed: its outcome says pending again.
+        let replayed = add(&conn, "s", "delivered", 6);
+        conn.execute(
+            "UPDATE event_outcomes SET state = 'pending', delivered_at = NULL WHERE event_id = ?1",
+            [replayed],
+        )
+        .unwrap();
+        let cases = [
+            (State::Dead, vec![dead]),
+            (State::Delivered, vec![delivered]),
+            (State::Skipped, vec![skipped]),
+            (State::Pending, vec![replayed, pending]),
+            (State::Stored, vec![stored]),
+        ];
+        for (state, want) in cases {
+            for source in [None, Some("s".to_owned())] {
+                let page = list_events(
+                    &conn,
+                    &EventFilter {
+                        source,
+                        state: Some(state),
+                        limit: 10,
+                        ..EventFilter::default()
+                    },
+                )
+                .unwrap();
+                let got: Vec<(i64, State)> = page.events.iter().map(|e| (e.id, e.state)).collect();
+                let want: Vec<(i64, State)> = want.iter().map(|&id| (id, state)).collect();
+                assert_eq!(got, want, "{state:?}");
             }
         }
     }

@@ -7,6 +7,7 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use crate::store::models::State;
+use crate::store::outcomes;
 
 /// One source's counts for `/api/stats`.
 #[derive(Debug, Clone, Serialize)]
@@ -72,8 +73,11 @@ pub fn source_stats(
             );
         }
     }
-    let mut stmt =
-        conn.prepare_cached("SELECT source, state, count(*) FROM events GROUP BY source, state")?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT e.source, {state}, count(*) FROM events AS e {join} GROUP BY e.source, {state}",
+        state = outcomes::STATE,
+        join = outcomes::JOIN
+    ))?;
     let rows = stmt.query_map([], |r| {
         Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?))
     })?;
@@ -279,8 +283,8 @@ pub fn metrics_snapshot(conn: &Connection) -> anyhow::Result<MetricsSnapshot> {
             .collect::<rusqlite::Result<Vec<_>>>()
             .with_context(|| format!("reading metrics: {sql}"))
     };
-    // `events_dead` holds only dead rows, so this reads the dead letters,
-    // not the table.
+    // `event_outcomes_dead` holds only dead rows, so this reads the dead
+    // letters, not the table.
     let dead = conn
         .prepare_cached(DEAD_BY_SOURCE)?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -310,10 +314,12 @@ pub fn metrics_snapshot(conn: &Connection) -> anyhow::Result<MetricsSnapshot> {
     })
 }
 
+/// Dead events are those whose outcome says so: ingest never stores one.
 const DEAD_BY_SOURCE: &str =
-    "SELECT source, count(*) FROM events WHERE state = 'dead' GROUP BY source";
+    "SELECT source, count(*) FROM event_outcomes WHERE state = 'dead' GROUP BY source";
 
-/// Read from `deliveries_dead` alone, as [`DEAD_BY_SOURCE`] from `events_dead`.
+/// Read from `deliveries_dead` alone, as [`DEAD_BY_SOURCE`] from
+/// `event_outcomes_dead`.
 const DEAD_BY_LANE: &str = "SELECT source, destination, count(*) FROM deliveries
      WHERE state = 'dead' GROUP BY source, destination";
 
@@ -335,7 +341,10 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         let plan = plan.join("\n");
-        assert!(plan.contains("COVERING INDEX events_dead"), "{plan}");
+        assert!(
+            plan.contains("COVERING INDEX event_outcomes_dead"),
+            "{plan}"
+        );
     }
 
     #[test]

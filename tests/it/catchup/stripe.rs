@@ -172,7 +172,7 @@ async fn fetched_events_follow_the_destination_filter() {
         rusqlite::Connection::open(&db)
             .unwrap()
             .query_row(
-                "SELECT state FROM events WHERE delivery_id = ?1",
+                &format!("SELECT {STATE} FROM events WHERE delivery_id = ?1"),
                 [id],
                 |r| r.get(0),
             )

@@ -34,13 +34,24 @@ pub fn open(db: &Path) -> rusqlite::Connection {
     conn
 }
 
+/// An event's state over `events` (unaliased), as hookbox reads it: its
+/// outcome row's where it has one (src/store/outcomes.rs), else its own.
+pub const STATE: &str = "coalesce((SELECT o.state FROM event_outcomes AS o
+                                   WHERE o.event_id = events.id), events.state)";
+
+/// [`STATE`] over `events AS e`.
+pub const E_STATE: &str = "coalesce((SELECT o.state FROM event_outcomes AS o
+                                     WHERE o.event_id = e.id), e.state)";
+
 pub fn event_row(db: &Path, id: i64) -> EventRow {
     open(db)
         .query_row(
-            "SELECT e.state, coalesce(d.attempts, 0), l.lease_until, l.attempt, d.next_attempt_at,
-                    d.last_error
-             FROM events AS e LEFT JOIN deliveries AS d ON d.event_id = e.id
-             LEFT JOIN leases AS l ON l.delivery = d.id WHERE e.id = ?1",
+            &format!(
+                "SELECT {E_STATE}, coalesce(d.attempts, 0), l.lease_until, l.attempt,
+                        d.next_attempt_at, d.last_error
+                 FROM events AS e LEFT JOIN deliveries AS d ON d.event_id = e.id
+                 LEFT JOIN leases AS l ON l.delivery = d.id WHERE e.id = ?1"
+            ),
             [id],
             |r| {
                 Ok(EventRow {
