@@ -655,7 +655,7 @@ pub fn record(conn: &Connection, r: &AttemptRecord, now: i64) -> anyhow::Result<
         .execute(params![r.lease.delivery, now])
         .context("scheduling the next delivery of a key")?;
     }
-    super::outcomes::derive(conn, r.event_id, now)
+    super::outcomes::derive_state(conn, r.event_id, now)
 }
 
 /// Makes every pending delivery of lane (`source`, `destination`)

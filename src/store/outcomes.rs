@@ -5,7 +5,7 @@
 //! any is, else `delivered` if any is, else `skipped`; `stored` with none.
 //! Ingest writes the first state into `events.state` (`pending` or
 //! `stored`); every later one goes to a row of `event_outcomes` (version
-//! 21), written only when it changes ([`derive`]). Rewriting the event's
+//! 21), written only when it changes ([`derive_state`]). Rewriting the event's
 //! own row instead put its page (the body shares it) through the WAL and
 //! the checkpoint once more for every delivery that settled.
 //!
@@ -33,7 +33,7 @@ pub const DELIVERED_AT: &str = "CASE WHEN coalesce(o.state, e.state) = 'delivere
 
 /// Sets event `id`'s state from its deliveries, with `now` as when it was
 /// delivered if it now is. Writes only when the state changes.
-pub fn derive(conn: &Connection, id: i64, now: i64) -> anyhow::Result<()> {
+pub fn derive_state(conn: &Connection, id: i64, now: i64) -> anyhow::Result<()> {
     let found: Option<(String, State, State)> = conn
         .prepare_cached(
             "SELECT e.source, coalesce(o.state, e.state), CASE
@@ -123,36 +123,36 @@ mod tests {
         delivery(&conn, id, "b", "pending");
         let untouched = ("pending".to_owned(), None);
 
-        derive(&conn, id, 10).unwrap();
+        derive_state(&conn, id, 10).unwrap();
         assert_eq!(read(&conn, id), ((State::Pending, None), untouched.clone()));
 
         set(&conn, id, "a", "delivered");
-        derive(&conn, id, 20).unwrap();
+        derive_state(&conn, id, 20).unwrap();
         assert_eq!(read(&conn, id).0, (State::Pending, None));
 
         set(&conn, id, "b", "skipped");
-        derive(&conn, id, 30).unwrap();
+        derive_state(&conn, id, 30).unwrap();
         assert_eq!(
             read(&conn, id),
             ((State::Delivered, Some(30)), untouched.clone())
         );
 
         // Unchanged: the time it was delivered stays.
-        derive(&conn, id, 40).unwrap();
+        derive_state(&conn, id, 40).unwrap();
         assert_eq!(read(&conn, id).0, (State::Delivered, Some(30)));
 
         set(&conn, id, "b", "dead");
-        derive(&conn, id, 50).unwrap();
+        derive_state(&conn, id, 50).unwrap();
         assert_eq!(read(&conn, id), ((State::Dead, None), untouched.clone()));
 
         set(&conn, id, "a", "skipped");
         set(&conn, id, "b", "skipped");
-        derive(&conn, id, 60).unwrap();
+        derive_state(&conn, id, 60).unwrap();
         assert_eq!(read(&conn, id).0, (State::Skipped, None));
 
         conn.execute("DELETE FROM deliveries WHERE event_id = ?1", [id])
             .unwrap();
-        derive(&conn, id, 70).unwrap();
+        derive_state(&conn, id, 70).unwrap();
         assert_eq!(read(&conn, id), ((State::Stored, None), untouched));
     }
 
@@ -166,7 +166,7 @@ mod tests {
         assert_eq!(read(&conn, id).0, (State::Delivered, Some(5)));
         // Replayed: pending, and no longer delivered at 5.
         set(&conn, id, "a", "pending");
-        derive(&conn, id, 9).unwrap();
+        derive_state(&conn, id, 9).unwrap();
         assert_eq!(read(&conn, id).0, (State::Pending, None));
         assert_eq!(read(&conn, id).1, ("delivered".to_owned(), Some(5)));
     }
@@ -176,7 +176,7 @@ mod tests {
         let conn = db();
         let id = event(&conn, "pending");
         delivery(&conn, id, "a", "dead");
-        derive(&conn, id, 1).unwrap();
+        derive_state(&conn, id, 1).unwrap();
         conn.execute("DELETE FROM events WHERE id = ?1", [id])
             .unwrap();
         let left: i64 = conn

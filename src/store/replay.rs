@@ -89,7 +89,7 @@ pub fn replay(conn: &Connection, filter: &ReplayFilter, now: i64) -> anyhow::Res
             .context("holding replayed deliveries behind their key")?;
     }
     for id in &touched.events {
-        super::outcomes::derive(conn, *id, now)?;
+        super::outcomes::derive_state(conn, *id, now)?;
     }
     Ok(touched.deliveries)
 }
