@@ -235,11 +235,18 @@ mod tests {
                 params![source, format!("d{i}"), kind, 1_700_000_000_000i64 + i as i64, state],
             )
             .unwrap();
+            let id = conn.last_insert_rowid();
             conn.execute(
                 "INSERT INTO deliveries (event_id, source, destination, state, attempts, last_error)
-                 VALUES (last_insert_rowid(), ?1, 'default', ?2, 2,
+                 VALUES (?3, ?1, 'default', ?2, 2,
                          CASE ?2 WHEN 'dead' THEN 'HTTP 410' || char(10) || 'gone' END)",
-                params![source, state],
+                params![source, state, id],
+            )
+            .unwrap();
+            // Where version 21 keeps the state it derived.
+            conn.execute(
+                "INSERT INTO event_outcomes (event_id, source, state) VALUES (?1, ?2, ?3)",
+                params![id, source, state],
             )
             .unwrap();
         }
