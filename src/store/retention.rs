@@ -491,6 +491,49 @@ mod tests {
         );
     }
 
+    /// Sets event `id`'s outcome row, as dispatch or the upgrade to
+    /// version 21 leaves it.
+    fn outcome(conn: &Connection, id: i64, state: &str, delivered_at: Option<i64>) {
+        conn.execute(
+            "INSERT INTO event_outcomes (event_id, source, state, delivered_at)
+             VALUES (?1, 's', ?2, ?3)",
+            params![id, state, delivered_at],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_event_s_outcome_decides_over_the_state_its_row_still_holds() {
+        let mut conn = db();
+        let delivered = add(&conn, "delivered", "pending", 100);
+        outcome(&conn, delivered, "delivered", Some(100));
+        let recent = add(&conn, "recent", "pending", 100);
+        outcome(&conn, recent, "delivered", Some(900));
+        // Delivered before version 21, replayed since: pending again.
+        let replayed = add(&conn, "replayed", "delivered", 100);
+        outcome(&conn, replayed, "pending", None);
+        let dead = add(&conn, "dead", "pending", 100);
+        outcome(&conn, dead, "dead", None);
+        let revived = add(&conn, "revived", "dead", 100);
+        outcome(&conn, revived, "pending", None);
+
+        let pruned = prune_all(&conn, Prune::Rows, 500);
+        assert_eq!(pruned.keys, [("s".into(), "delivered".into())]);
+        assert_eq!(purge_dead(&mut conn, 500, None), 1);
+        let left: Vec<i64> = conn
+            .prepare("SELECT id FROM events ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(left, [recent, replayed, revived]);
+        let outcomes: i64 = conn
+            .query_row("SELECT count(*) FROM event_outcomes", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(outcomes, 3, "the deleted events' outcomes went with them");
+    }
+
     #[test]
     fn candidates_page_through_the_table_in_id_order() {
         let conn = db();
