@@ -31,6 +31,16 @@ pub const STATE: &str = "coalesce(o.state, e.state)";
 pub const DELIVERED_AT: &str = "CASE WHEN coalesce(o.state, e.state) = 'delivered'
      THEN coalesce(o.delivered_at, e.delivered_at) END";
 
+/// [`STATE`] of a row of `events` itself, for a statement that cannot
+/// join (a DELETE): a lookup by primary key per use.
+pub const EVENTS_STATE: &str = "coalesce((SELECT o.state FROM event_outcomes AS o
+                                   WHERE o.event_id = events.id), events.state)";
+
+/// When a row of `events` itself was delivered, read where
+/// [`EVENTS_STATE`] is `delivered`.
+pub const EVENTS_DELIVERED_AT: &str = "coalesce((SELECT o.delivered_at FROM event_outcomes AS o
+                                          WHERE o.event_id = events.id), events.delivered_at)";
+
 /// Sets event `id`'s state from its deliveries, with `now` as when it was
 /// delivered if it now is. Writes only when the state changes.
 pub fn derive_state(conn: &Connection, id: i64, now: i64) -> anyhow::Result<()> {

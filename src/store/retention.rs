@@ -51,6 +51,7 @@ use rusqlite::{Connection, Transaction, params};
 use tokio_util::sync::CancellationToken;
 
 use super::counters::Tally;
+use super::outcomes;
 use super::recent::RecentKeys;
 use super::write::Write;
 use super::{Store, StoreError, WriterHandle};
@@ -120,15 +121,16 @@ impl Cutoffs {
 const RUN_EXPIRED: &str = "started_at < ?2 AND finished_at IS NOT NULL
     AND id NOT IN (SELECT max(id) FROM catchup_runs GROUP BY source, job)";
 
-/// Delivered rows count from delivery, stored rows from arrival. A row
-/// of `events` itself (a DELETE cannot join): its state and delivery time
-/// are its outcome's where it has one (`super::outcomes`).
-const EXPIRED: &str = "(CASE coalesce((SELECT o.state FROM event_outcomes AS o
-                                        WHERE o.event_id = events.id), state)
-    WHEN 'delivered' THEN coalesce((SELECT o.delivered_at FROM event_outcomes AS o
-                                    WHERE o.event_id = events.id), delivered_at) < ?2
-    WHEN 'stored' THEN received_at < ?2
-    ELSE 0 END)";
+/// Delivered rows count from delivery, stored rows from arrival (the
+/// state and delivery time of a row of `events` itself: a DELETE cannot
+/// join its outcome).
+fn expired() -> String {
+    format!(
+        "(CASE {} WHEN 'delivered' THEN {} < ?2 WHEN 'stored' THEN received_at < ?2 ELSE 0 END)",
+        outcomes::EVENTS_STATE,
+        outcomes::EVENTS_DELIVERED_AT
+    )
+}
 
 /// Up to `limit` ids after `after_id` that `what` applies to, in id order.
 pub fn candidates(
@@ -140,10 +142,14 @@ pub fn candidates(
 ) -> anyhow::Result<Vec<i64>> {
     let sql = match what {
         Prune::Rows => {
-            format!("SELECT id FROM events WHERE id > ?1 AND {EXPIRED} ORDER BY id LIMIT ?3")
+            format!(
+                "SELECT id FROM events WHERE id > ?1 AND {} ORDER BY id LIMIT ?3",
+                expired()
+            )
         }
         Prune::Bodies => format!(
-            "SELECT id FROM events WHERE id > ?1 AND {EXPIRED} AND body IS NOT NULL ORDER BY id LIMIT ?3"
+            "SELECT id FROM events WHERE id > ?1 AND {} AND body IS NOT NULL ORDER BY id LIMIT ?3",
+            expired()
         ),
         Prune::CatchupRuns => format!(
             "SELECT id FROM catchup_runs WHERE id > ?1 AND {RUN_EXPIRED} ORDER BY id LIMIT ?3"
@@ -193,7 +199,8 @@ pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
     match batch.what {
         Prune::Rows => {
             let mut delete = conn.prepare_cached(&format!(
-                "DELETE FROM events WHERE id = ?1 AND {EXPIRED} RETURNING source, delivery_id"
+                "DELETE FROM events WHERE id = ?1 AND {} RETURNING source, delivery_id",
+                expired()
             ))?;
             for id in &batch.ids {
                 let mut rows = delete.query(params![id, batch.before])?;
@@ -206,7 +213,8 @@ pub fn apply(conn: &Connection, batch: &PruneBatch) -> anyhow::Result<Pruned> {
         }
         Prune::Bodies => {
             let mut drop_body = conn.prepare_cached(&format!(
-                "UPDATE events SET body = NULL WHERE id = ?1 AND body IS NOT NULL AND {EXPIRED}"
+                "UPDATE events SET body = NULL WHERE id = ?1 AND body IS NOT NULL AND {}",
+                expired()
             ))?;
             for id in &batch.ids {
                 pruned.rows += drop_body
@@ -305,12 +313,14 @@ pub async fn run_once(
 
 /// Which `dead` events (of `source`, if given) had their last attempt (or
 /// arrival, without one) before `before`.
-const DEAD_SINCE: &str =
-    "coalesce((SELECT o.state FROM event_outcomes AS o WHERE o.event_id = events.id),
-             state) = 'dead'
-    AND (?2 IS NULL OR source = ?2)
-    AND coalesce((SELECT max(started_at) FROM attempts WHERE event_id = events.id),
-                 received_at) < ?1";
+fn dead_since() -> String {
+    format!(
+        "{} = 'dead' AND (?2 IS NULL OR source = ?2)
+         AND coalesce((SELECT max(started_at) FROM attempts WHERE event_id = events.id),
+                      received_at) < ?1",
+        outcomes::EVENTS_STATE
+    )
+}
 
 /// Deletes `dead` events (of `source`, if given) whose last attempt (or
 /// arrival, without one) is before `before`; returns how many. For the
@@ -350,7 +360,8 @@ fn dead_candidates(
     after: i64,
 ) -> anyhow::Result<Vec<i64>> {
     conn.prepare_cached(&format!(
-        "SELECT id FROM events WHERE id > ?3 AND {DEAD_SINCE} ORDER BY id LIMIT ?4"
+        "SELECT id FROM events WHERE id > ?3 AND {} ORDER BY id LIMIT ?4",
+        dead_since()
     ))?
     .query_map(params![before, source, after, BATCH as i64], |r| r.get(0))?
     .collect::<rusqlite::Result<Vec<i64>>>()
@@ -370,7 +381,8 @@ impl Write for PurgeBatch {
 
     fn apply(&mut self, tx: &Transaction, _: &mut Tally) -> anyhow::Result<usize> {
         let mut delete = tx.prepare_cached(&format!(
-            "DELETE FROM events WHERE id = ?3 AND {DEAD_SINCE}"
+            "DELETE FROM events WHERE id = ?3 AND {}",
+            dead_since()
         ))?;
         let mut purged = 0;
         for id in &self.ids {
@@ -419,6 +431,16 @@ mod tests {
         .unwrap()
     }
 
+    /// The ids of the events left, in order.
+    fn event_ids(conn: &Connection) -> Vec<i64> {
+        conn.prepare("SELECT id FROM events ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
     fn body(conn: &Connection, id: i64) -> Option<Vec<u8>> {
         conn.query_row("SELECT body FROM events WHERE id = ?1", [id], |r| r.get(0))
             .unwrap()
@@ -438,13 +460,7 @@ mod tests {
             pruned.keys,
             [("s".into(), "d-old".into()), ("s".into(), "s-old".into())]
         );
-        let left: Vec<i64> = conn
-            .prepare("SELECT id FROM events ORDER BY id")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        let left = event_ids(&conn);
         assert_eq!(left, [old_dead, old_pending, new_delivered]);
         let orphans: i64 = conn
             .query_row(
@@ -520,13 +536,7 @@ mod tests {
         let pruned = prune_all(&conn, Prune::Rows, 500);
         assert_eq!(pruned.keys, [("s".into(), "delivered".into())]);
         assert_eq!(purge_dead(&mut conn, 500, None), 1);
-        let left: Vec<i64> = conn
-            .prepare("SELECT id FROM events ORDER BY id")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        let left = event_ids(&conn);
         assert_eq!(left, [recent, replayed, revived]);
         let outcomes: i64 = conn
             .query_row("SELECT count(*) FROM event_outcomes", [], |r| r.get(0))

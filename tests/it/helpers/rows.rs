@@ -35,9 +35,8 @@ pub fn open(db: &Path) -> rusqlite::Connection {
 }
 
 /// An event's state over `events` (unaliased), as hookbox reads it: its
-/// outcome row's where it has one (src/store/outcomes.rs), else its own.
-pub const STATE: &str = "coalesce((SELECT o.state FROM event_outcomes AS o
-                                   WHERE o.event_id = events.id), events.state)";
+/// outcome row's where it has one, else its own.
+pub use hookbox::store::outcomes::EVENTS_STATE as STATE;
 
 /// [`STATE`] over `events AS e`.
 pub const E_STATE: &str = "coalesce((SELECT o.state FROM event_outcomes AS o
